@@ -1,0 +1,33 @@
+// Matrix multiplication of a weight matrix (any DType, rows contiguous) with a
+// batch of float activations: y[t, o] = sum_i W[o, i] * x[t, i]. The activation
+// rows are converted once to the weight type's vec_dot_type, then the output
+// is computed in tiles across the thread pool, so each weight row is read once
+// per call whatever the batch size.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace spool {
+
+class ThreadPool;
+
+struct MatView {      // a 2-D weight: n_rows rows of n_cols elements
+  DType type = DType::F32;
+  const void* data = nullptr;
+  int64_t n_cols = 0;  // inner dimension (GGUF ne[0])
+  int64_t n_rows = 0;  // output dimension (GGUF ne[1])
+  size_t row_stride() const { return row_bytes(type, n_cols); }
+};
+
+// x: [n_tokens, W.n_cols] floats, y: [n_tokens, W.n_rows] floats.
+// scratch is reused between calls to hold converted activations.
+void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
+            std::vector<uint8_t>& scratch);
+
+// Reads row r of w as floats (embedding lookup of any type).
+void get_row(const MatView& w, int64_t r, float* out);
+
+}  // namespace spool
