@@ -1,0 +1,49 @@
+// Llama 2/3, Mistral (GGUF architecture "llama"): pre-norm decoder, GQA
+// attention with rotary embeddings (adjacent-pair order, as llama.cpp's
+// converter permutes Q/K), SwiGLU feed-forward, optional Q/K/V biases.
+#include <cmath>
+
+#include "model/arch_registry.h"
+#include "model/llama_family.h"
+#include "model/ops.h"
+
+namespace spool {
+namespace {
+
+class LlamaModel final : public LlamaFamilyModel {
+ public:
+  explicit LlamaModel(ModelParts parts) : LlamaFamilyModel(std::move(parts), RopeStyle::Normal) {}
+
+  void forward(const Batch& batch, KvCache& kv, float* logits) override {
+    const ModelConfig& c = config_;
+    const int n = batch.size();
+    s_.resize(c, n);
+    float* x = s_.x.data();    // [n, n_embd] residual stream
+    float* xn = s_.xn.data();  // [n, n_embd] normed input of a block
+    embed(batch, x);
+    for (int l = 0; l < c.n_layer; ++l) {
+      const LlamaLayerWeights& L = w_.layers[l];
+      norm(*L.attn_norm, x, xn, n);
+      linear_bias(*L.wq, L.bq, xn, s_.q.data(), n);  // [n, n_head * head_dim]
+      linear_bias(*L.wk, L.bk, xn, s_.k.data(), n);  // [n, n_head_kv * head_dim]
+      linear_bias(*L.wv, L.bv, xn, s_.v.data(), n);  // [n, n_head_kv * head_dim_v]
+      rope_inplace(s_.q.data(), n, c.n_head, batch);
+      rope_inplace(s_.k.data(), n, c.n_head_kv, batch);
+      kv_store(kv, l, batch, s_.k.data(), s_.v.data());
+      attention(pool(), c, kv, l, batch, s_.q.data(), s_.att.data(), 1.0f / std::sqrt((float)c.head_dim_k));
+      linear(*L.wo, s_.att.data(), s_.out.data(), n);  // [n, n_embd]
+      add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
+
+      norm(*L.ffn_norm, x, xn, n);
+      ffn_swiglu(L, xn, s_.out.data(), n);  // [n, n_embd]
+      add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
+    }
+    output_logits(batch, x, logits);  // [n_outputs, n_vocab]
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_llama_model(ModelParts parts) { return std::make_unique<LlamaModel>(std::move(parts)); }
+
+}  // namespace spool

@@ -1,0 +1,48 @@
+// Qwen2 / Qwen2.5 (GGUF architecture "qwen2"): the llama block with biases on
+// Q, K and V and rotary embeddings in NeoX (split-halves) order.
+#include <cmath>
+
+#include "model/arch_registry.h"
+#include "model/llama_family.h"
+#include "model/ops.h"
+
+namespace spool {
+namespace {
+
+class Qwen2Model final : public LlamaFamilyModel {
+ public:
+  explicit Qwen2Model(ModelParts parts) : LlamaFamilyModel(std::move(parts), RopeStyle::Neox) {}
+
+  void forward(const Batch& batch, KvCache& kv, float* logits) override {
+    const ModelConfig& c = config_;
+    const int n = batch.size();
+    s_.resize(c, n);
+    float* x = s_.x.data();    // [n, n_embd] residual stream
+    float* xn = s_.xn.data();  // [n, n_embd]
+    embed(batch, x);
+    for (int l = 0; l < c.n_layer; ++l) {
+      const LlamaLayerWeights& L = w_.layers[l];
+      norm(*L.attn_norm, x, xn, n);
+      linear_bias(*L.wq, L.bq, xn, s_.q.data(), n);  // [n, n_head * head_dim]
+      linear_bias(*L.wk, L.bk, xn, s_.k.data(), n);  // [n, n_head_kv * head_dim]
+      linear_bias(*L.wv, L.bv, xn, s_.v.data(), n);  // [n, n_head_kv * head_dim]
+      rope_inplace(s_.q.data(), n, c.n_head, batch);
+      rope_inplace(s_.k.data(), n, c.n_head_kv, batch);
+      kv_store(kv, l, batch, s_.k.data(), s_.v.data());
+      attention(pool(), c, kv, l, batch, s_.q.data(), s_.att.data(), 1.0f / std::sqrt((float)c.head_dim_k));
+      linear(*L.wo, s_.att.data(), s_.out.data(), n);  // [n, n_embd]
+      add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
+
+      norm(*L.ffn_norm, x, xn, n);
+      ffn_swiglu(L, xn, s_.out.data(), n);  // [n, n_embd]
+      add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
+    }
+    output_logits(batch, x, logits);  // [n_outputs, n_vocab]
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen2_model(ModelParts parts) { return std::make_unique<Qwen2Model>(std::move(parts)); }
+
+}  // namespace spool

@@ -1,0 +1,55 @@
+// Qwen3 dense (GGUF architecture "qwen3"): the llama block with a per-head
+// RMSNorm on queries and keys before rotary embeddings (NeoX order), no QKV
+// biases, and a head_dim that need not equal n_embd / n_head.
+#include <cmath>
+
+#include "core/error.h"
+#include "model/arch_registry.h"
+#include "model/llama_family.h"
+#include "model/ops.h"
+
+namespace spool {
+namespace {
+
+class Qwen3Model final : public LlamaFamilyModel {
+ public:
+  explicit Qwen3Model(ModelParts parts) : LlamaFamilyModel(std::move(parts), RopeStyle::Neox) {
+    for (const LlamaLayerWeights& L : w_.layers)
+      if (!L.q_norm || !L.k_norm) throw Error("qwen3 model is missing attn_q_norm/attn_k_norm weights");
+  }
+
+  void forward(const Batch& batch, KvCache& kv, float* logits) override {
+    const ModelConfig& c = config_;
+    const int n = batch.size();
+    s_.resize(c, n);
+    float* x = s_.x.data();    // [n, n_embd] residual stream
+    float* xn = s_.xn.data();  // [n, n_embd]
+    embed(batch, x);
+    for (int l = 0; l < c.n_layer; ++l) {
+      const LlamaLayerWeights& L = w_.layers[l];
+      norm(*L.attn_norm, x, xn, n);
+      linear(*L.wq, xn, s_.q.data(), n);  // [n, n_head * head_dim]
+      linear(*L.wk, xn, s_.k.data(), n);  // [n, n_head_kv * head_dim]
+      linear(*L.wv, xn, s_.v.data(), n);  // [n, n_head_kv * head_dim]
+      head_norm(L.q_norm, s_.q.data(), n, c.n_head);
+      head_norm(L.k_norm, s_.k.data(), n, c.n_head_kv);
+      rope_inplace(s_.q.data(), n, c.n_head, batch);
+      rope_inplace(s_.k.data(), n, c.n_head_kv, batch);
+      kv_store(kv, l, batch, s_.k.data(), s_.v.data());
+      attention(pool(), c, kv, l, batch, s_.q.data(), s_.att.data(), 1.0f / std::sqrt((float)c.head_dim_k));
+      linear(*L.wo, s_.att.data(), s_.out.data(), n);  // [n, n_embd]
+      add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
+
+      norm(*L.ffn_norm, x, xn, n);
+      ffn_swiglu(L, xn, s_.out.data(), n);  // [n, n_embd]
+      add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
+    }
+    output_logits(batch, x, logits);  // [n_outputs, n_vocab]
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen3_model(ModelParts parts) { return std::make_unique<Qwen3Model>(std::move(parts)); }
+
+}  // namespace spool

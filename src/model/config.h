@@ -1,0 +1,50 @@
+// Hyper-parameters of a decoder-only transformer, read from model metadata
+// (GGUF keys "<arch>.*"). Shared by every architecture file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace spool {
+namespace gguf { struct File; }
+
+enum class RopeStyle { Normal, Neox };           // adjacent pairs vs. split halves
+enum class RopeScaling { None, Linear, Yarn };
+
+struct RopeConfig {
+  RopeStyle style = RopeStyle::Normal;
+  int n_dims = 0;               // rotated dimensions per head
+  float freq_base = 10000.0f;
+  RopeScaling scaling = RopeScaling::None;
+  float freq_scale = 1.0f;      // 1 / scaling factor
+  int n_ctx_orig = 0;           // YaRN: original training context
+  float ext_factor = 0.0f;      // YaRN: extrapolation mix (1 when YaRN is on)
+  float attn_factor = 1.0f;
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+};
+
+struct ModelConfig {
+  std::string arch;             // general.architecture
+  std::string name;             // general.name
+  int n_vocab = 0;
+  int n_ctx_train = 0;
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim_k = 0;           // attention.key_length (default n_embd / n_head)
+  int head_dim_v = 0;
+  int n_ff = 0;
+  float rms_eps = 1e-5f;
+  RopeConfig rope;
+
+  int q_dim() const { return n_head * head_dim_k; }
+  int k_dim() const { return n_head_kv * head_dim_k; }
+  int v_dim() const { return n_head_kv * head_dim_v; }
+};
+
+// Reads the common llama-family keys; n_vocab comes from the caller (the
+// embedding tensor's row count). Throws spool::Error on missing/invalid keys.
+ModelConfig read_config(const gguf::File& file, int n_vocab, RopeStyle style);
+
+}  // namespace spool

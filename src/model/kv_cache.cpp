@@ -1,0 +1,68 @@
+// The simple per-sequence KV cache: each sequence owns [n_layer][n_ctx] rows
+// of K and of V, allocated lazily so unused sequence slots cost nothing.
+#include "model/kv_cache.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace spool {
+namespace {
+
+class SimpleKvCache final : public KvCache {
+ public:
+  SimpleKvCache(const KvShape& shape, int n_ctx, int max_seqs)
+      : shape_(shape), n_ctx_(n_ctx), seqs_(max_seqs) {}
+
+  const KvShape& shape() const override { return shape_; }
+  int n_ctx() const override { return n_ctx_; }
+
+  void reserve(int seq, int n_pos) override {
+    if (seq < 0 || seq >= (int)seqs_.size())
+      throw Error("sequence id " + std::to_string(seq) + " out of range (max " + std::to_string(seqs_.size()) + ")");
+    if (n_pos > n_ctx_)
+      throw Error("context full: " + std::to_string(n_pos) + " positions needed, context size is " +
+                  std::to_string(n_ctx_) + " (raise -c)");
+    Seq& s = seqs_[seq];
+    if (s.k.empty()) {
+      s.k.resize((size_t)shape_.n_layer * n_ctx_ * shape_.k_row());
+      s.v.resize((size_t)shape_.n_layer * n_ctx_ * shape_.v_row());
+    }
+  }
+
+  KvSeqView view(int layer, int seq) override {
+    Seq& s = seqs_[seq];
+    SPOOL_CHECK(!s.k.empty());
+    KvSeqView v;
+    v.block_size = n_ctx_;
+    v.k_row = shape_.k_row();
+    v.v_row = shape_.v_row();
+    v.k_blocks.push_back(s.k.data() + (size_t)layer * n_ctx_ * v.k_row);
+    v.v_blocks.push_back(s.v.data() + (size_t)layer * n_ctx_ * v.v_row);
+    return v;
+  }
+
+  void clear(int seq) override {
+    if (seq >= 0 && seq < (int)seqs_.size()) seqs_[seq] = Seq{};
+  }
+
+  uint64_t bytes_allocated() const override {
+    uint64_t n = 0;
+    for (const Seq& s : seqs_) n += (s.k.size() + s.v.size()) * sizeof(float);
+    return n;
+  }
+
+ private:
+  struct Seq { std::vector<float> k, v; };
+  KvShape shape_;
+  int n_ctx_;
+  std::vector<Seq> seqs_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvCache> make_simple_kv_cache(const KvShape& shape, int n_ctx, int max_seqs) {
+  return std::make_unique<SimpleKvCache>(shape, n_ctx, max_seqs);
+}
+
+}  // namespace spool

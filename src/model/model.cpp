@@ -1,0 +1,65 @@
+// Model loading: open the file, build the manifest-backed weight store and
+// tokenizer, then hand the parts to the architecture named in the metadata.
+#include "model/model.h"
+
+#include <thread>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/arch_registry.h"
+
+namespace spool {
+
+Model::Model(ModelParts parts) : parts_(std::move(parts)) {}
+Model::~Model() = default;
+
+KvShape Model::kv_shape() const {
+  KvShape s;
+  s.n_layer = config_.n_layer;
+  s.n_head_kv = config_.n_head_kv;
+  s.head_dim_k = config_.head_dim_k;
+  s.head_dim_v = config_.head_dim_v;
+  return s;
+}
+
+static std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+const TensorEntry* optional_tensor(const Manifest& m, const std::string& name, std::vector<int64_t> shape) {
+  const TensorEntry* t = m.find(name);
+  if (!t) return nullptr;
+  // Trailing dimensions of 1 are insignificant.
+  std::vector<int64_t> have = t->shape;
+  while (have.size() > shape.size() && have.back() == 1) have.pop_back();
+  if (have != shape)
+    throw Error("tensor '" + name + "' has shape " + t->shape_string() + ", expected " + shape_str(shape));
+  return t;
+}
+
+const TensorEntry& expect_tensor(const Manifest& m, const std::string& name, std::vector<int64_t> shape) {
+  const TensorEntry* t = optional_tensor(m, name, std::move(shape));
+  if (!t) throw Error("model is missing tensor '" + name + "'");
+  return *t;
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
+  ModelParts parts;
+  parts.file = gguf::open(path);
+  const std::string arch = parts.file.architecture();
+  ModelFactory factory = find_arch(arch);
+  if (!factory) {
+    std::string list;
+    for (const auto& a : supported_archs()) list += (list.empty() ? "" : ", ") + a;
+    throw Error("'" + path + "': unsupported architecture '" + arch + "' (supported: " + list + ")");
+  }
+  parts.tokenizer = load_tokenizer(parts.file);
+  parts.weights = make_resident_store(parts.file.manifest);
+  int n_threads = options.n_threads > 0 ? options.n_threads : (int)std::thread::hardware_concurrency();
+  parts.pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
+  return factory(std::move(parts));
+}
+
+}  // namespace spool

@@ -1,0 +1,61 @@
+// A loaded model: configuration, tokenizer, weights (through the weight
+// store) and an architecture-specific forward(). load_model() opens the file,
+// validates it and picks the architecture from its metadata.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/gguf.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/tokenizer.h"
+#include "runtime/batch.h"
+#include "weights/weight_store.h"
+
+namespace spool {
+
+class ThreadPool;
+
+struct LoadOptions {
+  int n_threads = 0;  // 0: all cores
+};
+
+// What every architecture is built from.
+struct ModelParts {
+  gguf::File file;
+  std::unique_ptr<WeightStore> weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<ThreadPool> pool;
+};
+
+class Model {
+ public:
+  explicit Model(ModelParts parts);
+  virtual ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *parts_.tokenizer; }
+  const gguf::File& file() const { return parts_.file; }
+  WeightStore& weights() { return *parts_.weights; }
+  ThreadPool& pool() { return *parts_.pool; }
+  KvShape kv_shape() const;
+
+  // Runs one batch. Writes one row of n_vocab logits per batch row with
+  // want_logits set, in batch order, into logits ([n_outputs, n_vocab]).
+  virtual void forward(const Batch& batch, KvCache& kv, float* logits) = 0;
+
+ protected:
+  ModelParts parts_;
+  ModelConfig config_;
+};
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options);
+
+// Checks a tensor's shape; throws spool::Error naming the tensor on mismatch.
+const TensorEntry& expect_tensor(const Manifest& m, const std::string& name, std::vector<int64_t> shape);
+const TensorEntry* optional_tensor(const Manifest& m, const std::string& name, std::vector<int64_t> shape);
+
+}  // namespace spool

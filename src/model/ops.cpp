@@ -1,0 +1,142 @@
+// Reference-quality implementations of the non-matmul transformer ops.
+#include "model/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/thread_pool.h"
+
+namespace spool {
+
+void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * dim;
+    float* o = out + r * dim;
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += (double)xr[i] * xr[i];
+    const float scale = 1.0f / std::sqrt((float)(ss / dim) + eps);
+    if (w) for (int i = 0; i < dim; ++i) o[i] = xr[i] * scale * w[i];
+    else for (int i = 0; i < dim; ++i) o[i] = xr[i] * scale;
+  }
+}
+
+namespace {
+
+// YaRN: fraction of extrapolation for dimension pair i0/2 (1 = keep original frequency).
+float yarn_ramp(float low, float high, int i0) {
+  const float y = (i0 / 2 - low) / std::max(0.001f, high - low);
+  return 1.0f - std::min(1.0f, std::max(0.0f, y));
+}
+
+float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+  return n_dims * std::log(n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * std::log(base));
+}
+
+}  // namespace
+
+void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* pos, const RopeConfig& rc,
+          const float* freq_factors) {
+  const int n_dims = rc.n_dims;
+  const float theta_scale = std::pow(rc.freq_base, -2.0f / n_dims);
+  float corr_lo = 0, corr_hi = 0;
+  if (rc.ext_factor != 0.0f) {
+    corr_lo = std::max(0.0f, std::floor(yarn_corr_dim(n_dims, rc.n_ctx_orig, rc.beta_fast, rc.freq_base)));
+    corr_hi = std::min((float)n_dims - 1, std::ceil(yarn_corr_dim(n_dims, rc.n_ctx_orig, rc.beta_slow, rc.freq_base)));
+  }
+  std::vector<float> cos_t(n_dims / 2), sin_t(n_dims / 2);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    // Angles for this position (shared by all heads).
+    float theta_extrap = (float)pos[t];
+    for (int i0 = 0; i0 < n_dims; i0 += 2) {
+      const float ff = freq_factors ? freq_factors[i0 / 2] : 1.0f;
+      const float te = theta_extrap / ff;
+      const float ti = rc.freq_scale * te;
+      float theta = ti, mscale = rc.attn_factor;
+      if (rc.ext_factor != 0.0f) {
+        const float mix = yarn_ramp(corr_lo, corr_hi, i0) * rc.ext_factor;
+        theta = ti * (1 - mix) + te * mix;
+        mscale *= 1.0f + 0.1f * std::log(1.0f / rc.freq_scale);
+      }
+      cos_t[i0 / 2] = std::cos(theta) * mscale;
+      sin_t[i0 / 2] = std::sin(theta) * mscale;
+      theta_extrap *= theta_scale;
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * (int64_t)head_dim;
+      for (int i = 0; i < n_dims / 2; ++i) {
+        // Normal: pairs (2i, 2i+1). NeoX: pairs (i, i + n_dims/2).
+        const int a = rc.style == RopeStyle::Normal ? 2 * i : i;
+        const int b = rc.style == RopeStyle::Normal ? 2 * i + 1 : i + n_dims / 2;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      }
+    }
+  }
+}
+
+void swiglu(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void add_bias(float* x, const float* b, int64_t n_rows, int dim) {
+  for (int64_t r = 0; r < n_rows; ++r) add_inplace(x + r * dim, b, dim);
+}
+
+void kv_store(KvCache& kv, int layer, const Batch& batch, const float* k, const float* v) {
+  const KvShape& s = kv.shape();
+  std::map<int, KvSeqView> views;
+  for (int t = 0; t < batch.size(); ++t) {
+    auto it = views.find(batch.seq[t]);
+    if (it == views.end()) it = views.emplace(batch.seq[t], kv.view(layer, batch.seq[t])).first;
+    std::memcpy(it->second.k(batch.pos[t]), k + (size_t)t * s.k_row(), s.k_row() * sizeof(float));
+    std::memcpy(it->second.v(batch.pos[t]), v + (size_t)t * s.v_row(), s.v_row() * sizeof(float));
+  }
+}
+
+void attention(ThreadPool& pool, const ModelConfig& cfg, KvCache& kv, int layer, const Batch& batch,
+               const float* q, float* out, float kq_scale) {
+  const int n_tokens = batch.size();
+  const int hd_k = cfg.head_dim_k, hd_v = cfg.head_dim_v;
+  const int group = cfg.n_head / cfg.n_head_kv;
+  std::map<int, KvSeqView> views;
+  for (int t = 0; t < n_tokens; ++t)
+    if (!views.count(batch.seq[t])) views.emplace(batch.seq[t], kv.view(layer, batch.seq[t]));
+  int max_pos = 0;
+  for (int t = 0; t < n_tokens; ++t) max_pos = std::max(max_pos, batch.pos[t]);
+  std::vector<std::vector<float>> scores(pool.size(), std::vector<float>(max_pos + 1));
+
+  pool.run((int64_t)n_tokens * cfg.n_head, [&](int64_t task, int thread) {
+    const int t = (int)(task / cfg.n_head), h = (int)(task % cfg.n_head), hk = h / group;
+    const KvSeqView& view = views.at(batch.seq[t]);
+    const float* qh = q + ((size_t)t * cfg.n_head + h) * hd_k;
+    const int n_pos = batch.pos[t] + 1;
+    float* s = scores[thread].data();
+    float mx = -INFINITY;
+    for (int p = 0; p < n_pos; ++p) {
+      const float* kh = view.k(p) + (size_t)hk * hd_k;
+      float d = 0;
+      for (int i = 0; i < hd_k; ++i) d += qh[i] * kh[i];
+      s[p] = d * kq_scale;
+      mx = std::max(mx, s[p]);
+    }
+    float sum = 0;
+    for (int p = 0; p < n_pos; ++p) { s[p] = std::exp(s[p] - mx); sum += s[p]; }
+    const float inv = 1.0f / sum;
+    float* o = out + ((size_t)t * cfg.n_head + h) * hd_v;
+    std::fill(o, o + hd_v, 0.0f);
+    for (int p = 0; p < n_pos; ++p) {
+      const float* vh = view.v(p) + (size_t)hk * hd_v;
+      const float w = s[p] * inv;
+      for (int i = 0; i < hd_v; ++i) o[i] += w * vh[i];
+    }
+  });
+}
+
+}  // namespace spool

@@ -1,0 +1,64 @@
+// The weight store: the only way compute code reaches weights. A caller
+// acquires a tensor (a WeightRef, pinned while it lives) and gets a view of its
+// bytes. The resident store maps every file once; the streaming store (later)
+// will keep a budgeted cache of expert/layer slices behind the same interface,
+// which is why every access goes through acquire() even when it is free.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/matmul.h"
+#include "format/manifest.h"
+
+namespace spool {
+
+class WeightStore;
+
+// A pinned tensor. Move-only; releases its pin when destroyed.
+class WeightRef {
+ public:
+  WeightRef() = default;
+  WeightRef(WeightStore* store, const TensorEntry* entry, const void* data)
+      : store_(store), entry_(entry), data_(data) {}
+  WeightRef(WeightRef&& o) noexcept { *this = std::move(o); }
+  WeightRef& operator=(WeightRef&& o) noexcept;
+  ~WeightRef();
+
+  const void* data() const { return data_; }
+  const TensorEntry& entry() const { return *entry_; }
+  // The tensor as a matrix: shape[0] columns, the product of the rest rows.
+  MatView mat() const;
+  const float* f32() const;  // only for F32 tensors (norm weights, biases)
+
+ private:
+  WeightStore* store_ = nullptr;
+  const TensorEntry* entry_ = nullptr;
+  const void* data_ = nullptr;
+};
+
+class WeightStore {
+ public:
+  virtual ~WeightStore() = default;
+  const Manifest& manifest() const { return manifest_; }
+  WeightRef acquire(const TensorEntry& t) { return WeightRef(this, &t, pin(t)); }
+  WeightRef acquire(const std::string& name) { return acquire(manifest_.require(name)); }
+  // Hint that these tensors are needed soon (prefetch); resident store ignores it.
+  virtual void prefetch(const std::vector<const TensorEntry*>& tensors) {}
+  virtual const char* mode() const = 0;
+
+ protected:
+  explicit WeightStore(Manifest manifest) : manifest_(std::move(manifest)) {}
+  virtual const void* pin(const TensorEntry& t) = 0;
+  virtual void unpin(const TensorEntry& t) {}
+  friend class WeightRef;
+
+  Manifest manifest_;
+};
+
+// Everything mapped from the model files (page cache backed, like llama.cpp's mmap).
+std::unique_ptr<WeightStore> make_resident_store(Manifest manifest);
+
+}  // namespace spool
