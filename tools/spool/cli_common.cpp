@@ -1,0 +1,76 @@
+// Shared CLI helpers.
+#include "cli_common.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "core/error.h"
+
+namespace spool::cli {
+
+namespace fs = std::filesystem;
+
+std::string resolve_model_path(const std::string& given) {
+  if (!given.empty()) return given;
+  std::vector<fs::path> candidates = {fs::path("../shared/models/stories260K.gguf")};
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    // build/spool -> <repo>/../shared
+    candidates.push_back(fs::path(exe).parent_path().parent_path().parent_path() / "shared/models/stories260K.gguf");
+  }
+  for (const auto& p : candidates)
+    if (fs::exists(p)) return p.string();
+  throw Error("no model given: pass one with -m MODEL.gguf (the default ../shared/models/stories260K.gguf was not found)");
+}
+
+std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads) {
+  LoadOptions opt;
+  opt.n_threads = n_threads;
+  return load_model(resolve_model_path(given_path), opt);
+}
+
+std::vector<int32_t> parse_ids(const std::string& csv) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(csv);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t a = item.find_first_not_of(" \t\n"), b = item.find_last_not_of(" \t\n");
+    if (a == std::string::npos) continue;
+    item = item.substr(a, b - a + 1);
+    try {
+      size_t used = 0;
+      const long v = std::stol(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
+      ids.push_back((int32_t)v);
+    } catch (const std::exception&) {
+      throw Error("invalid token id '" + item + "' (expected comma-separated non-negative integers)");
+    }
+  }
+  if (ids.empty()) throw Error("empty token id list");
+  return ids;
+}
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  return out;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace spool::cli

@@ -1,0 +1,32 @@
+// Helpers shared by the CLI subcommands: default model path, option groups
+// that several commands take, id-list parsing, and reading text files.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace spool::cli {
+
+// The -m value, or the bundled stories260K model when -m was not given.
+std::string resolve_model_path(const std::string& given);
+std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads);
+std::vector<int32_t> parse_ids(const std::string& csv);
+std::string join_ids(const std::vector<int32_t>& ids);
+std::string read_text_file(const std::string& path);
+double now_seconds();
+
+// Each subcommand adds itself to the app.
+void add_run_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_logits_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+
+}  // namespace spool::cli

@@ -1,0 +1,108 @@
+// `spool run`: generate text from a prompt and stream it to stdout. Only the
+// generated text goes to stdout; load info and timings go to stderr.
+#include <cstdio>
+
+#include "cli_common.h"
+#include "core/error.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "runtime/text_stream.h"
+
+namespace spool::cli {
+namespace {
+
+struct RunOptions {
+  std::string model, prompt, prompt_file, prompt_ids;
+  int n_predict = -1, n_threads = 0, n_ctx = 0, n_batch = 512;
+  bool output_ids = false, no_bos = false, verbose = false;
+  std::vector<std::string> stop;
+  SamplingParams sampling;
+};
+
+std::vector<int32_t> prompt_tokens(const RunOptions& o, const Tokenizer& tok) {
+  if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
+  if (!o.prompt.empty() && !o.prompt_file.empty()) throw Error("give either -p or -f, not both");
+  const std::string text = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file);
+  std::vector<int32_t> ids = tok.encode(text, !o.no_bos, true);
+  if (ids.empty()) throw Error("the prompt is empty; pass one with -p TEXT or -f FILE");
+  return ids;
+}
+
+void run(const RunOptions& o) {
+  const double t_load = now_seconds();
+  auto model = open_model(o.model, o.n_threads);
+  const ModelConfig& cfg = model->config();
+  const Tokenizer& tok = model->tokenizer();
+  const int n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
+  std::fprintf(stderr, "spool: %s (%s, %d layers, %d threads, weights %s) loaded in %.2f s\n", cfg.name.c_str(),
+               cfg.arch.c_str(), cfg.n_layer, model->pool().size(), model->weights().mode(), now_seconds() - t_load);
+
+  const std::vector<int32_t> prompt = prompt_tokens(o, tok);
+  for (int32_t id : prompt)
+    if (id < 0 || id >= cfg.n_vocab) throw Error("prompt token id " + std::to_string(id) + " is out of range");
+  if ((int)prompt.size() >= n_ctx)
+    throw Error("prompt has " + std::to_string(prompt.size()) + " tokens, context is " + std::to_string(n_ctx) +
+                " (raise -c)");
+  Session session(*model, n_ctx, o.n_batch);
+  Sampler sampler(o.sampling, cfg.n_vocab);
+  for (int32_t id : prompt) sampler.accept(id);
+  TextStream stream(o.stop);
+
+  const double t0 = now_seconds();
+  const float* logits = session.feed(prompt).data();
+  const double t_prompt = now_seconds() - t0;
+  std::vector<int32_t> generated;
+  const double t1 = now_seconds();
+  while (o.n_predict < 0 || (int)generated.size() < o.n_predict) {
+    const int32_t next = sampler.sample(logits);
+    if (tok.is_eog(next)) break;
+    generated.push_back(next);
+    sampler.accept(next);
+    if (o.output_ids) {
+      std::printf("%s%d", generated.size() > 1 ? "," : "", next);
+    } else {
+      std::fputs(stream.push(tok.token_to_piece(next)).c_str(), stdout);
+      if (stream.stopped()) break;
+    }
+    std::fflush(stdout);
+    if (session.n_past() >= n_ctx) break;
+    logits = session.feed({next}).data();
+  }
+  const double t_gen = now_seconds() - t1;
+  if (o.output_ids) std::printf("\n");
+  else std::fputs(stream.flush().c_str(), stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr, "\nspool: prompt %zu tokens in %.3f s (%.1f tok/s), generated %zu tokens in %.3f s (%.1f tok/s)\n",
+               prompt.size(), t_prompt, prompt.size() / std::max(t_prompt, 1e-9), generated.size(), t_gen,
+               generated.size() / std::max(t_gen, 1e-9));
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
+  cmd->add_option("-m,--model", o->model, "Model file (GGUF); default ../shared/models/stories260K.gguf");
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+  cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
+  cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids (no BOS added)");
+  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (-1: until end of generation)");
+  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", o->sampling.penalty_last_n, "Tokens the penalties look back over")->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "Frequency penalty")->capture_default_str();
+  cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "Presence penalty")->capture_default_str();
+  cmd->add_option("--seed", o->sampling.seed, "Random seed (default: random)");
+  cmd->add_option("--stop", o->stop, "Stop when this string is generated (repeatable)");
+  cmd->add_option("-t,--threads", o->n_threads, "Threads (default: all cores)");
+  cmd->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)");
+  cmd->add_option("-b,--batch-size", o->n_batch, "Prompt tokens per forward pass")->capture_default_str();
+  cmd->add_flag("--no-bos", o->no_bos, "Do not add BOS/EOS to the prompt");
+  cmd->add_flag("--output-ids", o->output_ids, "Print generated token ids (comma-separated) instead of text");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace spool::cli

@@ -1,0 +1,42 @@
+// `spool tokenize` prints token ids; `spool logits` writes full-sequence logits
+// to a safetensors file for comparison with reference implementations.
+#include <cstdio>
+
+#include "cli_common.h"
+#include "format/safetensors_writer.h"
+#include "runtime/session.h"
+
+namespace spool::cli {
+
+void add_tokenize_command(CLI::App& app) {
+  struct Opts { std::string model, prompt; bool no_bos = false, no_special = false; };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of a text, comma-separated");
+  cmd->add_option("-m,--model", o->model, "Model file");
+  cmd->add_option("-p,--prompt", o->prompt, "Text to tokenize")->required();
+  cmd->add_flag("--no-bos", o->no_bos, "Do not add BOS/EOS");
+  cmd->add_flag("--no-parse-special", o->no_special, "Treat special-token text as plain text");
+  cmd->callback([o] {
+    auto model = open_model(o->model, 1);
+    std::printf("%s\n", join_ids(model->tokenizer().encode(o->prompt, !o->no_bos, !o->no_special)).c_str());
+  });
+}
+
+void add_logits_command(CLI::App& app) {
+  struct Opts { std::string model, ids, out; int n_threads = 0; };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("logits", "Write logits of every position to a safetensors file");
+  cmd->add_option("-m,--model", o->model, "Model file");
+  cmd->add_option("--ids", o->ids, "Input token ids, comma-separated")->required();
+  cmd->add_option("--out", o->out, "Output .safetensors path (tensor 'logits', F32 [n_ids, n_vocab])")->required();
+  cmd->add_option("-t,--threads", o->n_threads, "Threads");
+  cmd->callback([o] {
+    auto model = open_model(o->model, o->n_threads);
+    const std::vector<int32_t> ids = parse_ids(o->ids);
+    Session session(*model, (int)ids.size(), 512);
+    const std::vector<float>& logits = session.feed(ids, true);
+    write_safetensors_f32(o->out, {{"logits", {(int64_t)ids.size(), model->config().n_vocab}, logits.data()}});
+  });
+}
+
+}  // namespace spool::cli

@@ -1,0 +1,35 @@
+// spool command-line entry point: subcommands run, tokenize, logits,
+// perplexity, bench, inspect, synth. Errors from any layer arrive here as
+// spool::Error and become one line on stderr and exit code 1.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli_common.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"spool: LLM inference engine for machines smaller than the model"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "spool 0.1.0");
+  spool::cli::add_run_command(app);
+  spool::cli::add_tokenize_command(app);
+  spool::cli::add_logits_command(app);
+  spool::cli::add_perplexity_command(app);
+  spool::cli::add_bench_command(app);
+  spool::cli::add_inspect_command(app);
+  spool::cli::add_synth_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const spool::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
