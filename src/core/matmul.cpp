@@ -1,0 +1,95 @@
+// matmul(): converts the activations once to the weight type's vec_dot_type,
+// then splits the output into tasks of whole row chunks (and token chunks for
+// big batches) over the thread pool. A single token uses vec_dot per row
+// (decode: bound by streaming the weights); several use gemm_tile so each
+// weight block loaded is reused for several tokens (prefill).
+#include "core/matmul.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/thread_pool.h"
+
+namespace spool {
+namespace {
+
+// Rows per task: big enough to amortise task overhead, small enough that
+// there are several tasks per thread for balance. Multiple of 16 so SIMD
+// tiles see full micro-tiles except at the very end.
+int64_t rows_per_task(int64_t n_rows, int n_threads) {
+  int64_t chunk = n_rows / ((int64_t)n_threads * 8);
+  chunk = std::clamp<int64_t>(chunk, 16, 128);
+  return (chunk + 15) / 16 * 16;
+}
+
+// Activation rows in vec_dot_type; returns a pointer to row 0.
+const uint8_t* convert_activations(ThreadPool& pool, const KernelTable& k, DType vdt,
+                                   const float* x, int64_t n_cols, int64_t n_tokens,
+                                   size_t a_stride, std::vector<uint8_t>& scratch) {
+  if (vdt == DType::F32) return reinterpret_cast<const uint8_t*>(x);
+  scratch.resize(a_stride * n_tokens);
+  const QuantizeRowFn quantize = k[vdt].quantize;
+  uint8_t* base = scratch.data();
+  if (n_tokens * n_cols < 64 * 1024) {
+    for (int64_t t = 0; t < n_tokens; ++t) quantize(x + t * n_cols, base + t * a_stride, n_cols);
+  } else {
+    pool.run(n_tokens, [&](int64_t t, int) { quantize(x + t * n_cols, base + t * a_stride, n_cols); });
+  }
+  return base;
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
+            std::vector<uint8_t>& scratch) {
+  const DTypeTraits& tr = dtype_traits(w.type);
+  SPOOL_CHECK(w.n_cols % tr.block_size == 0);
+  if (n_tokens <= 0 || w.n_rows <= 0) return;
+  const KernelTable& k = kernels();
+  const DType vdt = tr.vec_dot_type;
+  const size_t a_stride = row_bytes(vdt, w.n_cols), w_stride = w.row_stride();
+  const uint8_t* act = convert_activations(pool, k, vdt, x, w.n_cols, n_tokens, a_stride, scratch);
+  const auto* wdata = static_cast<const uint8_t*>(w.data);
+  const int64_t n_rows = w.n_rows, n_cols = w.n_cols;
+  const int64_t row_chunk = rows_per_task(n_rows, pool.size());
+  const int64_t n_row_chunks = (n_rows + row_chunk - 1) / row_chunk;
+
+  if (n_tokens == 1) {
+    const VecDotFn dot = k[w.type].vec_dot;
+    pool.run(n_row_chunks, [&](int64_t task, int) {
+      const int64_t r0 = task * row_chunk, r1 = std::min(n_rows, r0 + row_chunk);
+      for (int64_t r = r0; r < r1; ++r) y[r] = dot(n_cols, wdata + r * w_stride, act);
+    });
+    return;
+  }
+
+  // Tokens are processed in chunks inside a task so the task's weight rows
+  // stay in cache across them; when there are too few row chunks to keep
+  // every thread busy, token chunks become separate tasks too.
+  const GemmTileFn tile = k[w.type].gemm_tile;
+  constexpr int64_t kTokenChunk = 64;
+  int64_t n_token_tasks = 1;
+  while (n_row_chunks * n_token_tasks < 4 * pool.size() &&
+         (n_tokens + n_token_tasks * 2 - 1) / (n_token_tasks * 2) >= 4) {
+    n_token_tasks *= 2;
+  }
+  const int64_t tokens_per_task = (n_tokens + n_token_tasks - 1) / n_token_tasks;
+  pool.run(n_row_chunks * n_token_tasks, [&](int64_t task, int) {
+    const int64_t rc = task % n_row_chunks, tc = task / n_row_chunks;
+    const int64_t r0 = rc * row_chunk, nr = std::min(n_rows, r0 + row_chunk) - r0;
+    const int64_t t_end = std::min(n_tokens, (tc + 1) * tokens_per_task);
+    for (int64_t t0 = tc * tokens_per_task; t0 < t_end; t0 += kTokenChunk) {
+      const int64_t nc = std::min(kTokenChunk, t_end - t0);
+      tile(n_cols, wdata + r0 * w_stride, w_stride, (int)nr, act + t0 * a_stride, a_stride,
+           (int)nc, y + t0 * n_rows + r0, (size_t)n_rows);
+    }
+  });
+}
+
+void get_row(const MatView& w, int64_t r, float* out) {
+  SPOOL_CHECK(r >= 0 && r < w.n_rows);
+  dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * w.row_stride(), out, w.n_cols);
+}
+
+}  // namespace spool
