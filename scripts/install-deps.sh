@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages spool needs to build and test.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libutf8proc-dev libcli11-dev nlohmann-json3-dev)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
