@@ -132,7 +132,7 @@ Value read_value(Reader& r, ValueType t, const std::string& what, int depth) {
   const uint64_t n = r.get<uint64_t>(what + " (array length)");
   const size_t es = scalar_size(v.elem_type);
   if (n > kMaxArrayLen || (es && n * es > r.remaining()) || (!es && n * 8 > r.remaining()))
-    throw Error(what + ": array length " + std::to_string(n) + " does not fit in the file");
+    throw Error(what + ": array length " + std::to_string(n) + " does not fit in the file (truncated or corrupt)");
   if (v.elem_type == ValueType::STRING) {
     v.strings.reserve(n);
     for (uint64_t k = 0; k < n; ++k) v.strings.push_back(r.get_string(what));
