@@ -1,0 +1,59 @@
+// End-to-end generation through the CLI binary: greedy text on stories260K
+// must equal what llama.cpp prints for the same model, prompt and length.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+const std::string kShared = SPOOL_SHARED_DIR;
+const std::string kBin = SPOOL_BIN;
+
+// Runs a command, returns its stdout and exit status.
+std::string run_stdout(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *status = pclose(p);
+  return out;
+}
+
+TEST(Generation, Stories260KGreedyMatchesLlamaCpp) {
+  int status = -1;
+  const std::string out = run_stdout(kBin + " run -m " + kShared +
+                                         "/models/stories260K.gguf -p \"Once upon a time\" -n 64 --temp 0 -t 2 2>/dev/null",
+                                     &status);
+  EXPECT_EQ(status, 0);
+  const std::string want_start =
+      ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. "
+      "She wanted to play with it, but it was too high.\nLily's mom said";
+  EXPECT_EQ(out.substr(0, want_start.size()), want_start) << "got: " << out;
+}
+
+TEST(Generation, OutputIdsAndPromptIds) {
+  int status = -1;
+  const std::string ids = run_stdout(kBin + " run -m " + kShared +
+                                         "/models/stories260K.gguf --prompt-ids 1,403,407 -n 5 --temp 0 --output-ids 2>/dev/null",
+                                     &status);
+  EXPECT_EQ(status, 0);
+  int commas = 0;
+  for (char c : ids) commas += c == ',';
+  EXPECT_EQ(commas, 4) << ids;
+  EXPECT_EQ(ids.back(), '\n');
+}
+
+TEST(Generation, StopStringEndsOutput) {
+  int status = -1;
+  const std::string out = run_stdout(kBin + " run -m " + kShared +
+                                         "/models/stories260K.gguf -p \"Once upon a time\" -n 64 --temp 0 --stop Lily 2>/dev/null",
+                                     &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(out, ", there was a little girl named ");
+}
+
+}  // namespace
