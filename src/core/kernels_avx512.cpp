@@ -1,7 +1,15 @@
-// avx512 kernels (placeholder while the SIMD paths are written): fills nothing,
-// so the table falls back to the scalar reference.
-#include "core/kernels_impl.h"
+// The avx512 kernel table. AVX-512 (F/BW/VL/DQ) + VNNI: dots through vpdpbusd on 256-bit vectors and
+// 32 vector registers, so 4x4 legacy tiles and 4x2 K-quant tiles.
+// The kernels themselves live in kernels_x86_*impl.h, shared with the other x86 table.
+#define SPOOL_VNNI 1
+#define SPOOL_TILE_R 4
+#define SPOOL_TILE_C 4
+#define SPOOL_KTILE_R 4
+#define SPOOL_KTILE_C 2
+#include "core/kernels_x86_gemm_impl.h"
 
 namespace spool::detail {
-void fill_avx512_kernels(KernelTable&) {}
+
+void fill_avx512_kernels(KernelTable& t) { fill_x86_table(t); }
+
 }  // namespace spool::detail
