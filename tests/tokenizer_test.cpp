@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
 #include "format/gguf.h"
 #include "model/pretokenizer.h"
 #include "model/tokenizer.h"
+#include "model/unicode_regex.h"
+#include "model/unicode_util.h"
 
 namespace spool {
 namespace {
@@ -218,6 +221,91 @@ TEST(Tokenizer, PreTokenizerSplits) {
   EXPECT_EQ(words("qwen2", "a 123"), "[a][ ][1][2][3]");
   EXPECT_THROW(PreTokenizer("no-such-pre"), Error);
 }
+
+// Length of the match of `pattern` at the start of `text`, or -1.
+long regex_match(const std::string& pattern, const std::string& text) {
+  const UnicodeRegex re(pattern);
+  const auto cpts = unicode::decode_utf8(text);
+  size_t end = 0;
+  return re.match_at(cpts.data(), 0, cpts.size(), 0, &end) ? static_cast<long>(end) : -1;
+}
+
+TEST(UnicodeRegex, SemanticsNeededByPreTokenizers) {
+  EXPECT_EQ(regex_match(R"(\s+(?!\S))", "   x"), 2);  // keeps the last space for the next word
+  EXPECT_EQ(regex_match(R"(\s+(?!\S))", "   "), 3);
+  EXPECT_EQ(regex_match(R"(\p{N}{1,3})", "12345"), 3);
+  EXPECT_EQ(regex_match("(?i:'s|'ll)", "'LL"), 3);
+  EXPECT_EQ(regex_match("'s|'ll", "'LL"), -1);
+  EXPECT_EQ(regex_match(R"([^\r\n\p{L}\p{N}]?\p{L}+)", "«Привет»"), 7);
+  EXPECT_EQ(regex_match(R"(\s?[一-龥]+)", " 中国x"), 3);
+  EXPECT_EQ(regex_match("a+?", "aaa"), 1);
+  EXPECT_EQ(regex_match("a|ab", "ab"), 1);  // leftmost-first, not longest
+  EXPECT_EQ(regex_match(R"(\s+$)", "  \n"), 3);
+  EXPECT_EQ(regex_match(R"([\p{P}\$\+<=>\^~\|`]+)", "$+!?`x"), 5);
+  EXPECT_THROW(UnicodeRegex("(a"), Error);
+  EXPECT_THROW(UnicodeRegex("\\p{Han}"), Error);
+  EXPECT_THROW(UnicodeRegex("(?:a?)*"), Error);  // would loop forever
+}
+
+// ---- Hugging Face tokenizer.json fixtures ------------------------------------
+
+// Builds the GGUF metadata llama.cpp's converter would write for a small
+// byte-level BPE tokenizer.json (added tokens: special -> control, else user-defined).
+gguf::File gguf_from_tokenizer_json(const std::string& dir, const std::string& pre) {
+  const auto j = nlohmann::json::parse(read_file(dir + "/tokenizer.json"));
+  std::vector<std::string> tokens;
+  std::vector<int64_t> types;
+  auto put = [&](size_t id, const std::string& text, int64_t type) {
+    if (tokens.size() <= id) {
+      tokens.resize(id + 1);
+      types.resize(id + 1, 1);
+    }
+    tokens[id] = text;
+    types[id] = type;
+  };
+  for (const auto& [text, id] : j["model"]["vocab"].items()) put(id.get<size_t>(), text, 1);
+  for (const auto& t : j["added_tokens"]) put(t["id"].get<size_t>(), t["content"], t["special"].get<bool>() ? 3 : 4);
+  std::vector<std::string> merges;
+  for (const auto& m : j["model"]["merges"])
+    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+
+  gguf::File f;
+  gguf::Value v;
+  v.type = gguf::ValueType::STRING;
+  v.s = "gpt2";
+  f.kv["tokenizer.ggml.model"] = v;
+  v.s = pre;
+  f.kv["tokenizer.ggml.pre"] = v;
+  gguf::Value a;
+  a.type = gguf::ValueType::ARRAY;
+  a.elem_type = gguf::ValueType::STRING;
+  a.strings = tokens;
+  f.kv["tokenizer.ggml.tokens"] = a;
+  a.strings = merges;
+  f.kv["tokenizer.ggml.merges"] = a;
+  gguf::Value t;
+  t.type = gguf::ValueType::ARRAY;
+  t.elem_type = gguf::ValueType::INT32;
+  t.ints = types;
+  f.kv["tokenizer.ggml.token_type"] = t;
+  return f;
+}
+
+void check_hf_cases(const std::string& fixture, const std::string& pre) {
+  const std::string dir = std::string(SPOOL_SHARED_DIR) + "/fixtures/" + fixture;
+  auto tok = load_tokenizer(gguf_from_tokenizer_json(dir, pre));
+  const auto cases = nlohmann::json::parse(read_file(dir + "/cases.json"));
+  for (const auto& c : cases["encode"]) {
+    const std::string text = c["text"];
+    const auto expected = c["ids"].get<std::vector<int32_t>>();
+    const auto got = tok->encode(text, /*add_special=*/false, /*parse_special=*/true);
+    EXPECT_EQ(ids_str(got), ids_str(expected)) << fixture << ": '" << text << "'";
+    EXPECT_EQ(tok->decode(got, /*render_special=*/true), c["decoded"].get<std::string>()) << fixture;
+  }
+}
+
+TEST(Tokenizer, HuggingFaceQwen2Cases) { check_hf_cases("tok-qwen2", "qwen2"); }
+TEST(Tokenizer, HuggingFaceLlama3Cases) { check_hf_cases("tok-llama3", "llama-bpe"); }
 
 // ---- malformed metadata -------------------------------------------------------
 
