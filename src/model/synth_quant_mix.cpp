@@ -1,0 +1,111 @@
+// Quantization recipes for synth. The Q4_K_M rules follow what llama.cpp's
+// quantizer does for a dense llama-family model without experts: output (or
+// tied token_embd) in Q6_K, attn_v and ffn_down in Q6_K on the "more bits"
+// layers (first and last eighth, and every third in between), Q4_K elsewhere.
+#include "model/synth_quant_mix.h"
+
+#include <cctype>
+
+namespace spool {
+namespace {
+
+// llama.cpp's LLAMA_FTYPE_* ids.
+enum FileType {
+  kAllF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10,
+  kQ3_K_S = 11, kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17,
+  kQ6_K = 18, kBF16 = 32,
+};
+
+// Uniform K-quant types carry the llama.cpp "small" file type nearest to them.
+constexpr QuantRecipe kRecipes[] = {
+    {"F32", DType::F32, kAllF32, false},   {"F16", DType::F16, kF16, false},
+    {"BF16", DType::BF16, kBF16, false},   {"Q4_0", DType::Q4_0, kQ4_0, false},
+    {"Q4_1", DType::Q4_1, kQ4_1, false},   {"Q5_0", DType::Q5_0, kQ5_0, false},
+    {"Q5_1", DType::Q5_1, kQ5_1, false},   {"Q8_0", DType::Q8_0, kQ8_0, false},
+    {"Q2_K", DType::Q2_K, kQ2_K, false},   {"Q3_K", DType::Q3_K, kQ3_K_S, false},
+    {"Q4_K", DType::Q4_K, kQ4_K_S, false}, {"Q5_K", DType::Q5_K, kQ5_K_S, false},
+    {"Q6_K", DType::Q6_K, kQ6_K, false},   {"Q4_K_M", DType::Q4_K, kQ4_K_M, true},
+};
+
+bool same_ignore_case(const std::string& a, const char* b) {
+  size_t i = 0;
+  for (; i < a.size() && b[i]; ++i)
+    if (std::toupper((unsigned char)a[i]) != std::toupper((unsigned char)b[i])) return false;
+  return i == a.size() && !b[i];
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// llama.cpp's use_more_bits(): the first and last eighth of the layers, and
+// every third layer in between, get the larger type.
+bool use_more_bits(int i_layer, int n_layer) {
+  return i_layer < n_layer / 8 || i_layer >= 7 * n_layer / 8 || (i_layer - n_layer / 8) % 3 == 2;
+}
+
+DType fallback(DType t, int64_t row_length) {
+  if (row_length % dtype_traits(t).block_size == 0) return t;
+  DType f;
+  switch (t) {
+    case DType::Q2_K: case DType::Q3_K: f = DType::Q4_0; break;
+    case DType::Q4_K: f = DType::Q5_0; break;
+    case DType::Q5_K: f = DType::Q5_1; break;
+    case DType::Q6_K: f = DType::Q8_0; break;
+    default: f = DType::F16; break;
+  }
+  return row_length % dtype_traits(f).block_size == 0 ? f : DType::F16;
+}
+
+DType k_medium_type(const TensorRole& t) {
+  const bool is_output = t.name == "output.weight" || (t.tied_embeddings && t.name == "token_embd.weight");
+  if (is_output) return t.row_length % 256 == 0 ? DType::Q6_K : DType::Q8_0;
+  if (t.layer >= 0 && (ends_with(t.name, ".attn_v.weight") || ends_with(t.name, ".ffn_down.weight")))
+    return use_more_bits(t.layer, t.n_layer) ? DType::Q6_K : DType::Q4_K;
+  return DType::Q4_K;
+}
+
+}  // namespace
+
+const QuantRecipe* find_quant_recipe(const std::string& name) {
+  for (const QuantRecipe& r : kRecipes)
+    if (same_ignore_case(name, r.name)) return &r;
+  return nullptr;
+}
+
+std::vector<std::string> quant_recipe_names() {
+  std::vector<std::string> out;
+  for (const QuantRecipe& r : kRecipes) out.push_back(r.name);
+  return out;
+}
+
+DType tensor_dtype(const QuantRecipe& recipe, const TensorRole& t) {
+  if (t.n_dims < 2) return DType::F32;
+  const DType want = recipe.k_medium_mix ? k_medium_type(t) : recipe.base;
+  return fallback(want, t.row_length);
+}
+
+const char* file_type_name(int file_type) {
+  switch (file_type) {
+    case kAllF32: return "all F32";
+    case kF16: return "F16";
+    case kBF16: return "BF16";
+    case kQ4_0: return "Q4_0";
+    case kQ4_1: return "Q4_1";
+    case kQ5_0: return "Q5_0";
+    case kQ5_1: return "Q5_1";
+    case kQ8_0: return "Q8_0";
+    case kQ2_K: return "Q2_K - Medium";
+    case kQ3_K_S: return "Q3_K - Small";
+    case kQ3_K_M: return "Q3_K - Medium";
+    case kQ3_K_L: return "Q3_K - Large";
+    case kQ4_K_S: return "Q4_K - Small";
+    case kQ4_K_M: return "Q4_K - Medium";
+    case kQ5_K_S: return "Q5_K - Small";
+    case kQ5_K_M: return "Q5_K - Medium";
+    case kQ6_K: return "Q6_K";
+    default: return "?";
+  }
+}
+
+}  // namespace spool

@@ -1,0 +1,147 @@
+// `spool bench`: llama-bench's two tests on a loaded model. ppN evaluates N
+// random prompt tokens in one batch from an empty cache; tgN generates N tokens
+// one at a time from an empty cache (random ids, as llama-bench feeds). Each
+// test runs once to warm up, then -r times; we report the median tok/s and the
+// standard deviation. Model loading is never timed.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/thread_pool.h"
+#include "model/synth_quant_mix.h"
+#include "runtime/session.h"
+
+namespace spool::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  int n_threads = 0, n_prompt = 128, n_gen = 64, repeats = 5;
+  uint32_t seed = 1234;
+  bool json = false;
+};
+
+struct TestResult {
+  std::string test;  // "pp128", "tg64"
+  int n_tokens = 0;
+  std::vector<double> tok_s;
+  double median = 0, stddev = 0;
+};
+
+void summarize(TestResult& r) {
+  std::vector<double> s = r.tok_s;
+  std::sort(s.begin(), s.end());
+  const size_t n = s.size();
+  r.median = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  double mean = 0, var = 0;
+  for (double x : s) mean += x / n;
+  for (double x : s) var += (x - mean) * (x - mean);
+  r.stddev = n > 1 ? std::sqrt(var / (n - 1)) : 0.0;
+}
+
+// The label llama.cpp tools print: general.file_type's name, else the type
+// holding the most bytes.
+std::string model_type(Model& model) {
+  const gguf::File& f = model.file();
+  if (const gguf::Value* ft = f.find("general.file_type"); ft && ft->is_integer()) {
+    const std::string name = file_type_name((int)ft->i);
+    if (name != "?") return name;
+  }
+  std::map<std::string, uint64_t> bytes;
+  for (const TensorEntry& t : f.manifest.tensors) bytes[dtype_name(t.type)] += t.bytes;
+  auto it = std::max_element(bytes.begin(), bytes.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  return it == bytes.end() ? "?" : it->first;
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int n_vocab) {
+  std::uniform_int_distribution<int32_t> dist(0, n_vocab - 1);
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = dist(rng);
+  return out;
+}
+
+// One timed run of a test; returns tok/s.
+double run_once(Session& session, const std::vector<int32_t>& tokens, bool prefill) {
+  session.reset();
+  const double t0 = now_seconds();
+  if (prefill) {
+    session.feed(tokens);
+  } else {
+    for (int32_t t : tokens) session.feed({t});
+  }
+  const double dt = now_seconds() - t0;
+  return tokens.size() / std::max(dt, 1e-9);
+}
+
+TestResult run_test(Session& session, const BenchOptions& o, bool prefill, int n_vocab, std::mt19937& rng) {
+  TestResult r;
+  r.n_tokens = prefill ? o.n_prompt : o.n_gen;
+  r.test = (prefill ? "pp" : "tg") + std::to_string(r.n_tokens);
+  run_once(session, random_tokens(rng, r.n_tokens, n_vocab), prefill);  // warm-up
+  for (int k = 0; k < o.repeats; ++k) r.tok_s.push_back(run_once(session, random_tokens(rng, r.n_tokens, n_vocab), prefill));
+  summarize(r);
+  return r;
+}
+
+void bench(const BenchOptions& o) {
+  if (o.n_prompt < 0 || o.n_gen < 0 || (o.n_prompt == 0 && o.n_gen == 0))
+    throw Error("nothing to benchmark: -p and -n must be >= 0 and not both 0");
+  if (o.repeats < 1) throw Error("-r/--repetitions must be at least 1");
+  auto model = open_model(o.model, o.n_threads);
+  const ModelConfig& cfg = model->config();
+  const int n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
+  if (cfg.n_ctx_train > 0 && n_ctx > cfg.n_ctx_train)
+    std::fprintf(stderr, "spool: note: %d positions exceed the model's training context %d\n", n_ctx, cfg.n_ctx_train);
+  Session session(*model, n_ctx, std::max(1, o.n_prompt));
+  std::mt19937 rng(o.seed);
+
+  std::vector<TestResult> results;
+  if (o.n_prompt > 0) results.push_back(run_test(session, o, true, cfg.n_vocab, rng));
+  if (o.n_gen > 0) results.push_back(run_test(session, o, false, cfg.n_vocab, rng));
+
+  const std::string type = model_type(*model);
+  const std::string name = cfg.name.empty() ? resolve_model_path(o.model) : cfg.name;
+  const int threads = model->pool().size();
+  if (o.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const TestResult& r : results)
+      out.push_back({{"model", name}, {"model_path", resolve_model_path(o.model)}, {"arch", cfg.arch},
+                     {"type", type}, {"threads", threads}, {"isa", isa_name(kernels().isa)}, {"test", r.test},
+                     {"n_tokens", r.n_tokens}, {"tok_s_median", r.median}, {"tok_s_stddev", r.stddev},
+                     {"samples", r.tok_s}});
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("| %-28s | %-14s | %7s | %-6s | %8s | %14s |\n", "model", "type", "threads", "test", "isa",
+              "tok/s (median)");
+  std::printf("|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(16, '-').c_str(),
+              std::string(9, '-').c_str(), std::string(8, '-').c_str(), std::string(10, '-').c_str(),
+              std::string(16, '-').c_str());
+  for (const TestResult& r : results)
+    std::printf("| %-28s | %-14s | %7d | %-6s | %8s | %7.2f ± %5.2f |\n", name.c_str(), type.c_str(), threads,
+                r.test.c_str(), isa_name(kernels().isa), r.median, r.stddev);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed (llama-bench's pp/tg tests)");
+  cmd->add_option("-m,--model", o->model, "Model file (GGUF)");
+  cmd->add_option("-t,--threads", o->n_threads, "Threads (default: all cores)");
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens in the prefill test (0: skip)")->capture_default_str();
+  cmd->add_option("-n,--n-gen", o->n_gen, "Tokens generated in the decode test (0: skip)")->capture_default_str();
+  cmd->add_option("-r,--repetitions", o->repeats, "Timed runs per test, after one warm-up")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed for the random token ids")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print results as a JSON array");
+  cmd->callback([o] { bench(*o); });
+}
+
+}  // namespace spool::cli

@@ -1,0 +1,122 @@
+// `spool inspect`: what a GGUF file holds, from its header alone (no tensor
+// data is read): architecture, hyper-parameters, tokenizer summary, bytes by
+// dtype, the KV cache cost per token, and optionally every tensor and key.
+#include <cstdio>
+#include <map>
+
+#include "cli_common.h"
+#include "core/error.h"
+#include "format/gguf.h"
+#include "model/config.h"
+#include "model/synth_quant_mix.h"
+
+namespace spool::cli {
+namespace {
+
+struct InspectOptions {
+  std::string model;
+  bool tensors = false, all_metadata = false;
+};
+
+std::string human_bytes(uint64_t b) {
+  char buf[64];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.2f KiB", b / double(1ull << 10));
+  else std::snprintf(buf, sizeof buf, "%llu B", (unsigned long long)b);
+  return buf;
+}
+
+std::string token_label(const gguf::File& f, const char* key) {
+  const gguf::Value* id = f.find(key);
+  if (!id || !id->is_integer()) return "none";
+  std::string out = std::to_string(id->i);
+  const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
+  if (toks && id->i >= 0 && (size_t)id->i < toks->strings.size()) out += " '" + toks->strings[(size_t)id->i] + "'";
+  return out;
+}
+
+void print_tokenizer(const gguf::File& f) {
+  const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
+  if (!toks) {
+    std::printf("tokenizer:     none in this file\n");
+    return;
+  }
+  std::printf("tokenizer:     model %s, pre %s, n_vocab %zu, bos %s, eos %s\n",
+              f.get_string("tokenizer.ggml.model", "?").c_str(), f.get_string("tokenizer.ggml.pre", "(none)").c_str(),
+              toks->array_size(), token_label(f, "tokenizer.ggml.bos_token_id").c_str(),
+              token_label(f, "tokenizer.ggml.eos_token_id").c_str());
+}
+
+// K and V bytes one token adds to an F32 cache, from the metadata alone.
+void print_kv_cost(const gguf::File& f) {
+  const TensorEntry* embd = f.manifest.find("token_embd.weight");
+  try {
+    const int n_vocab = embd && embd->shape.size() == 2 ? (int)embd->shape[1] : 0;
+    const ModelConfig c = read_config(f, n_vocab, RopeStyle::Normal);
+    const uint64_t per_token = 4ull * c.n_layer * c.n_head_kv * (c.head_dim_k + c.head_dim_v);
+    std::printf("KV cache:      %llu bytes/token (F32 K+V: %d layers x %d KV heads x (%d + %d) x 4 B); %s at %d tokens\n",
+                (unsigned long long)per_token, c.n_layer, c.n_head_kv, c.head_dim_k, c.head_dim_v,
+                human_bytes(per_token * (uint64_t)c.n_ctx_train).c_str(), c.n_ctx_train);
+  } catch (const Error& e) {
+    std::printf("KV cache:      unknown (%s)\n", e.what());
+  }
+}
+
+void print_tensor_summary(const gguf::File& f, bool list) {
+  const Manifest& m = f.manifest;
+  std::map<std::string, std::pair<int, uint64_t>> by_type;  // dtype -> (count, bytes)
+  for (const TensorEntry& t : m.tensors) {
+    auto& e = by_type[dtype_name(t.type)];
+    e.first++;
+    e.second += t.bytes;
+  }
+  std::printf("tensors:       %zu, %s (%llu bytes)\n", m.tensors.size(), human_bytes(m.total_bytes()).c_str(),
+              (unsigned long long)m.total_bytes());
+  for (const auto& [type, e] : by_type)
+    std::printf("  %-6s %5d tensors %12s (%llu bytes)\n", type.c_str(), e.first, human_bytes(e.second).c_str(),
+                (unsigned long long)e.second);
+  if (!list) return;
+  std::printf("\n%-40s %-6s %-22s %12s\n", "name", "type", "shape", "bytes");
+  for (const TensorEntry& t : m.tensors)
+    std::printf("%-40s %-6s %-22s %12llu\n", t.name.c_str(), dtype_name(t.type), t.shape_string().c_str(),
+                (unsigned long long)t.bytes);
+}
+
+void inspect(const InspectOptions& o) {
+  const std::string path = resolve_model_path(o.model);
+  const gguf::File f = gguf::open(path);
+  const std::string arch = f.architecture();
+  std::printf("file:          %s (GGUF v%u, %zu file%s, %llu bytes, alignment %llu)\n", path.c_str(), f.version,
+              f.manifest.files.size(), f.manifest.files.size() == 1 ? "" : "s",
+              (unsigned long long)[&] { uint64_t s = 0; for (uint64_t b : f.manifest.file_sizes) s += b; return s; }(),
+              (unsigned long long)f.alignment);
+  std::printf("architecture:  %s\n", arch.empty() ? "(missing)" : arch.c_str());
+  std::printf("name:          %s\n", f.get_string("general.name", "(none)").c_str());
+  if (const gguf::Value* ft = f.find("general.file_type"); ft && ft->is_integer())
+    std::printf("file type:     %s (general.file_type %lld)\n", file_type_name((int)ft->i), (long long)ft->i);
+  std::printf("hyper-parameters:\n");
+  for (const auto& [key, v] : f.kv)
+    if (!arch.empty() && key.rfind(arch + ".", 0) == 0) std::printf("  %-44s %s\n", key.c_str(), v.to_string().c_str());
+  print_tokenizer(f);
+  print_kv_cost(f);
+  print_tensor_summary(f, o.tensors);
+  if (o.all_metadata) {
+    std::printf("\nmetadata (%zu keys):\n", f.kv.size());
+    for (const auto& [key, v] : f.kv)
+      std::printf("  %-44s %-4s %s\n", key.c_str(), gguf::value_type_name(v.type), v.to_string().c_str());
+  }
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe a GGUF model: metadata, tokenizer, tensors, KV cost");
+  cmd->add_option("model,-m,--model", o->model, "Model file (GGUF)");
+  cmd->add_flag("--tensors", o->tensors, "List every tensor (name, type, shape, bytes)");
+  cmd->add_flag("--metadata", o->all_metadata, "Print every metadata key");
+  cmd->callback([o] { inspect(*o); });
+}
+
+}  // namespace spool::cli
