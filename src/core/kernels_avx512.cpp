@@ -10,6 +10,11 @@
 
 namespace spool::detail {
 
-void fill_avx512_kernels(KernelTable& t) { fill_x86_table(t); }
+void fill_legacy_avx512_kernels(KernelTable& t);  // kernels_legacy_avx512.cpp
+
+void fill_avx512_kernels(KernelTable& t) {
+  fill_x86_table(t);
+  fill_legacy_avx512_kernels(t);  // 512-bit Q4_0 / Q8_0 replace the 256-bit ones
+}
 
 }  // namespace spool::detail

@@ -20,9 +20,17 @@ using TileFn = void (*)(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a
                         float* c, size_t ldc);
 
 // Runs Kernel::tile<R, C> over the whole nr x nc output, full tiles first.
-template <class Kernel, int kR, int kC>
+// With kSingle set, one activation row (decode) goes through that vec_dot
+// instead: for the K-quants the per-row kernel streams faster than a tile.
+template <class Kernel, int kR, int kC, VecDotFn kSingle = nullptr>
 void gemm_tiled(int64_t n, const void* wv, size_t ws, int nr, const void* av, size_t as, int nc,
                 float* c, size_t ldc) {
+  if constexpr (kSingle != nullptr) {
+    if (nc == 1) {
+      for (int i = 0; i < nr; ++i) c[i] = kSingle(n, (const uint8_t*)wv + i * ws, av);
+      return;
+    }
+  }
   static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
     return std::array<TileFn, sizeof...(I)>{&Kernel::template tile<I / kC + 1, I % kC + 1>...};
   }(std::make_integer_sequence<int, kR * kC>());
@@ -209,11 +217,12 @@ struct TileQ6K {
   }
 };
 
-// Float tiles need whole vectors; other lengths fall back to vec_dot.
+// Float tiles need whole vectors; other lengths, and single activation rows
+// (decode), go through vec_dot.
 template <class Kernel, VecDotFn kDot>
 void gemm_float(int64_t n, const void* w, size_t ws, int nr, const void* a, size_t as, int nc, float* c,
                 size_t ldc) {
-  if (n % 8 == 0) {
+  if (n % 8 == 0 && nc > 1) {
     gemm_tiled<Kernel, SPOOL_TILE_R, SPOOL_TILE_C>(n, w, ws, nr, a, as, nc, c, ldc);
     return;
   }
@@ -234,17 +243,17 @@ void fill_x86_table(KernelTable& t) {
   set(DType::F32, vec_dot_f32, gemm_float<FloatTile, vec_dot_f32>);
   set(DType::F16, vec_dot_half<load_f16x8, fp16>, gemm_float<HalfTile, vec_dot_half<load_f16x8, fp16>>);
   set(DType::BF16, vec_dot_half<load_bf16x8, bf16_scalar>, nullptr);
-  set(DType::Q4_0, vec_dot_q4_0, gemm_tiled<LegacyTile<BlockQ4_0, 8>, SPOOL_TILE_R, SPOOL_TILE_C>);
-  set(DType::Q5_0, vec_dot_q5_0, gemm_tiled<LegacyTile<BlockQ5_0, 16>, SPOOL_TILE_R, SPOOL_TILE_C>);
-  set(DType::Q8_0, vec_dot_q8<BlockQ8_0>, gemm_tiled<LegacyTile<BlockQ8_0, 128>, SPOOL_TILE_R, SPOOL_TILE_C>);
+  set(DType::Q4_0, vec_dot_q4_0, gemm_tiled<LegacyTile<BlockQ4_0, 8>, SPOOL_TILE_R, SPOOL_TILE_C, vec_dot_q4_0>);
+  set(DType::Q5_0, vec_dot_q5_0, gemm_tiled<LegacyTile<BlockQ5_0, 16>, SPOOL_TILE_R, SPOOL_TILE_C, vec_dot_q5_0>);
+  set(DType::Q8_0, vec_dot_q8<BlockQ8_0>, gemm_tiled<LegacyTile<BlockQ8_0, 128>, SPOOL_TILE_R, SPOOL_TILE_C, vec_dot_q8<BlockQ8_0>>);
   set(DType::Q4_1, vec_dot_q4_1, nullptr);
   set(DType::Q5_1, vec_dot_q5_1, nullptr);
   set(DType::Q8_1, vec_dot_q8<BlockQ8_1>, nullptr);
   set(DType::Q2_K, vec_dot_q2_k, nullptr);
   set(DType::Q3_K, vec_dot_q3_k, nullptr);
-  set(DType::Q4_K, vec_dot_q4_k, gemm_tiled<TileQ4K, SPOOL_KTILE_R, SPOOL_KTILE_C>);
+  set(DType::Q4_K, vec_dot_q4_k, gemm_tiled<TileQ4K, SPOOL_KTILE_R, SPOOL_KTILE_C, vec_dot_q4_k>);
   set(DType::Q5_K, vec_dot_q5_k, nullptr);
-  set(DType::Q6_K, vec_dot_q6_k, gemm_tiled<TileQ6K, SPOOL_KTILE_R, SPOOL_KTILE_C>);
+  set(DType::Q6_K, vec_dot_q6_k, gemm_tiled<TileQ6K, SPOOL_KTILE_R, SPOOL_KTILE_C, vec_dot_q6_k>);
   t.types[(uint32_t)DType::Q8_0].quantize = quantize_q8_0;
   t.types[(uint32_t)DType::Q8_1].quantize = quantize_q8_1;
   t.types[(uint32_t)DType::Q8_K].quantize = quantize_q8_k;

@@ -1,8 +1,9 @@
 // matmul(): converts the activations once to the weight type's vec_dot_type,
 // then splits the output into tasks of whole row chunks (and token chunks for
-// big batches) over the thread pool. A single token uses vec_dot per row
-// (decode: bound by streaming the weights); several use gemm_tile so each
-// weight block loaded is reused for several tokens (prefill).
+// big batches) over the thread pool, all through gemm_tile. A single token
+// (decode, bound by streaming the weights) is a tile with one activation row,
+// which a kernel may run as vec_dot per row or as several rows at once; with
+// several tokens each weight block loaded is reused for several (prefill).
 #include "core/matmul.h"
 
 #include <algorithm>
@@ -55,11 +56,13 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
   const int64_t row_chunk = rows_per_task(n_rows, pool.size());
   const int64_t n_row_chunks = (n_rows + row_chunk - 1) / row_chunk;
 
+  const GemmTileFn tile = k[w.type].gemm_tile;
   if (n_tokens == 1) {
-    const VecDotFn dot = k[w.type].vec_dot;
+    // A tile with one activation row is vec_dot over several weight rows at
+    // once: the activation-side work is shared and the rows stream together.
     pool.run(n_row_chunks, [&](int64_t task, int) {
-      const int64_t r0 = task * row_chunk, r1 = std::min(n_rows, r0 + row_chunk);
-      for (int64_t r = r0; r < r1; ++r) y[r] = dot(n_cols, wdata + r * w_stride, act);
+      const int64_t r0 = task * row_chunk, nr = std::min(n_rows, r0 + row_chunk) - r0;
+      tile(n_cols, wdata + r0 * w_stride, w_stride, (int)nr, act, a_stride, 1, y + r0, (size_t)n_rows);
     });
     return;
   }
@@ -67,7 +70,6 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
   // Tokens are processed in chunks inside a task so the task's weight rows
   // stay in cache across them; when there are too few row chunks to keep
   // every thread busy, token chunks become separate tasks too.
-  const GemmTileFn tile = k[w.type].gemm_tile;
   constexpr int64_t kTokenChunk = 64;
   int64_t n_token_tasks = 1;
   while (n_row_chunks * n_token_tasks < 4 * pool.size() &&
