@@ -128,6 +128,14 @@ TEST(Tokenizer, VocabsWithoutVectorsLoadAndRoundTrip) {
   auto ids = baichuan->encode(text, true, false);
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids[0], baichuan->bos());
+
+  // Ids from llama.cpp's llama-tokenize (add_special on, as its default).
+  const std::string probe = "Hello world!\n  The 12345 quick 🦙s\tdon't—jump über";
+  EXPECT_EQ(ids_str(baichuan->encode(probe, true, false)),
+            "1 24568 1275 80 5 31106 776 31106 53 54 55 56 57 2735 31106 56940 31114 6 11265 31155 31108 31220 "
+            "31156 1717 26722");
+  EXPECT_EQ(ids_str(neox->encode(probe, true, false)),
+            "12092 1533 2 187 50276 510 209 10683 1857 3158 22692 101 236 84 186 9903 8 85 1128 48742 20150");
 }
 
 TEST(Tokenizer, Stories260kOnceUponATime) {
@@ -139,8 +147,9 @@ TEST(Tokenizer, Stories260kOnceUponATime) {
   EXPECT_EQ(ids[0], 1);
   std::string pieces;
   for (size_t i = 1; i < ids.size(); ++i) pieces += "[" + tok->token_text(ids[i]) + "]";
-  // Worked out from the vocabulary's scores (llama.cpp's llama-tokenize agrees).
+  // llama.cpp's llama-tokenize gives 1 403 407 261 378.
   EXPECT_EQ(pieces, "[▁Once][▁upon][▁a][▁time]") << ids_str(ids);
+  EXPECT_EQ(ids_str(ids), "1 403 407 261 378");
   EXPECT_EQ(tok->decode(ids), " Once upon a time");
   EXPECT_TRUE(tok->is_eog(2));
   EXPECT_FALSE(tok->is_eog(1));
