@@ -4,6 +4,7 @@
 
 #include "cli_common.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "runtime/text_stream.h"
