@@ -76,38 +76,4 @@ std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& file) {
   throw Error("tokenizer: unsupported tokenizer model '" + name + "' (tokenizer.ggml.model)");
 }
 
-// ---- streaming decode --------------------------------------------------------
-
-namespace {
-// Length of the longest prefix of `s` that does not end inside an incomplete
-// (but so far valid) UTF-8 sequence.
-size_t complete_prefix(const std::string& s) {
-  const size_t n = s.size();
-  // An incomplete sequence is at most 3 bytes: look back for its lead byte.
-  for (size_t back = 1; back <= 3 && back <= n; ++back) {
-    const unsigned char c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking
-    if (c < 0x80 || c >= 0xF8) return n;  // ASCII or never-valid byte: nothing to wait for
-    const size_t need = unicode::utf8_seq_len(c);
-    if ((c & 0xC0) == 0xC0 && need > back) return n - back;  // lead still waiting for bytes
-    return n;
-  }
-  return n;
-}
-}  // namespace
-
-std::string StreamDecoder::push(int32_t id) {
-  pending_ += tok_.token_to_piece(id, render_special_);
-  const size_t n = complete_prefix(pending_);
-  std::string out = pending_.substr(0, n);
-  pending_.erase(0, n);
-  return out;
-}
-
-std::string StreamDecoder::flush() {
-  std::string out;
-  out.swap(pending_);
-  return out;
-}
-
 }  // namespace spool

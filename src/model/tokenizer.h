@@ -34,24 +34,6 @@ class Tokenizer {
   virtual const std::string& token_text(int32_t id) const = 0;  // raw vocab entry
 };
 
-// Turns generated ids into printable text one token at a time. A multi-byte
-// UTF-8 character can be split across byte-fallback tokens (<0xE2><0x96><0x81>)
-// or byte-level BPE tokens; push() holds back an incomplete trailing sequence
-// until the bytes that finish it arrive, so each returned chunk is whole UTF-8
-// (bytes that can never become valid are passed through unchanged).
-class StreamDecoder {
- public:
-  explicit StreamDecoder(const Tokenizer& tok, bool render_special = false)
-      : tok_(tok), render_special_(render_special) {}
-  std::string push(int32_t id);
-  std::string flush();  // whatever is still held back, at the end of generation
-
- private:
-  const Tokenizer& tok_;
-  bool render_special_;
-  std::string pending_;
-};
-
 // Builds the tokenizer a GGUF file describes. Throws spool::Error if the
 // metadata is missing, inconsistent, or names an unsupported model/pre-tokenizer.
 std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& file);
