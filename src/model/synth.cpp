@@ -1,14 +1,17 @@
 // Synthetic model generation: a tensor plan from the preset shape, llama.cpp's
 // metadata keys, a tokenizer copied from a vocabulary GGUF, and weights drawn
 // row by row from a counter-based generator (so the file depends only on the
-// seed, not on the thread count), quantized in parallel while writing.
+// seed, not on the thread count), produced in parallel while writing.
 #include "model/synth.h"
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "core/kernels.h"
@@ -199,17 +202,62 @@ void set_model_metadata(const Shape& s, const std::string& preset, const QuantRe
 
 // ---- writing ---------------------------------------------------------------------
 
+// Quantized weights are assembled from a pool of pre-quantized blocks: each
+// block of a row is an independent pick from kPoolValues normal samples
+// quantized once per type. The K-quant quantizers search scales and take
+// ~100 ns per value, which would make a 1.1B model take minutes; picking
+// blocks is a copy, so the file is written at disk speed. With thousands of
+// distinct blocks, rows are still effectively independent random draws.
+constexpr int64_t kPoolValues = 1 << 21;
+
+class BlockPool {
+ public:
+  BlockPool(DType type, uint64_t seed) {
+    const DTypeTraits& tr = dtype_traits(type);
+    block_bytes_ = tr.block_bytes;
+    n_blocks_ = kPoolValues / tr.block_size;
+    bytes_.resize((size_t)n_blocks_ * block_bytes_);
+    std::vector<float> x((size_t)kPoolValues);
+    fill_normal(x.data(), kPoolValues, mix64(seed ^ ((uint64_t)type + 1) * 0xA24BAED4963EE407ull), 0.0f, 0.02f);
+    quantize_row(type, x.data(), bytes_.data(), kPoolValues);
+  }
+  // Fills one row of n_blocks blocks, choosing blocks from `stream`.
+  void fill_row(uint8_t* dst, int64_t n_blocks, uint64_t stream) const {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const uint64_t pick = mix64(stream + (uint64_t)b * 0x9E3779B97F4A7C15ull) % (uint64_t)n_blocks_;
+      std::memcpy(dst + (size_t)b * block_bytes_, bytes_.data() + pick * block_bytes_, block_bytes_);
+    }
+  }
+
+ private:
+  size_t block_bytes_ = 0;
+  int64_t n_blocks_ = 0;
+  std::vector<uint8_t> bytes_;
+};
+
 void write_weights(const std::vector<PlannedTensor>& plan, uint64_t seed, ThreadPool& pool, gguf::Writer& w) {
+  std::map<DType, std::unique_ptr<BlockPool>> block_pools;
+  for (const PlannedTensor& t : plan)
+    if (t.init == Init::Weight && dtype_traits(t.type).quantized && !block_pools.count(t.type))
+      block_pools[t.type] = std::make_unique<BlockPool>(t.type, seed);
   for (size_t ti = 0; ti < plan.size(); ++ti) {
     const PlannedTensor& t = plan[ti];
     const size_t rb = row_bytes(t.type, t.shape[0]);
     const uint64_t tensor_stream = mix64(seed * 0x2545F4914F6CDD1Dull + ti + 1);
+    const BlockPool* blocks = t.init == Init::Weight && block_pools.count(t.type) ? block_pools[t.type].get() : nullptr;
+    const int64_t n_blocks = t.shape[0] / dtype_traits(t.type).block_size;
     auto fill = [&](int64_t row0, int64_t n_rows, void* dst) {
       thread_local std::vector<float> row;
       row.resize((size_t)t.shape[0]);
       for (int64_t r = 0; r < n_rows; ++r) {
-        fill_tensor_row(t, row.data(), mix64(tensor_stream ^ (uint64_t)(row0 + r) * 0xD1B54A32D192ED03ull));
-        quantize_row(t.type, row.data(), static_cast<uint8_t*>(dst) + (size_t)r * rb, t.shape[0]);
+        const uint64_t stream = mix64(tensor_stream ^ (uint64_t)(row0 + r) * 0xD1B54A32D192ED03ull);
+        uint8_t* out = static_cast<uint8_t*>(dst) + (size_t)r * rb;
+        if (blocks) {
+          blocks->fill_row(out, n_blocks, stream);
+        } else {
+          fill_tensor_row(t, row.data(), stream);
+          quantize_row(t.type, row.data(), out, t.shape[0]);
+        }
       }
     };
     w.write_tensor_rows(ti, fill, &pool);
