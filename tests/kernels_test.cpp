@@ -87,7 +87,9 @@ TEST(Kernels, TablesAreComplete) {
       EXPECT_NE((*k)[t].gemm_tile, nullptr);
     }
   }
-  std::printf("kernels(): %s\n", isa_name(kernels().isa));
+  std::printf("ISAs tested:");
+  for (Isa isa : isas) std::printf(" %s", isa_name(isa));
+  std::printf("; kernels(): %s\n", isa_name(kernels().isa));
 }
 
 // RMS error of quantize -> dequantize relative to the RMS of the input.

@@ -1,0 +1,19 @@
+# Toolchain file for cross-building spool for 64-bit ARM Linux on an x86-64
+# Debian/Ubuntu host (packages g++-aarch64-linux-gnu and qemu-user). Binaries
+# run under qemu-user with the target's libraries from /usr/aarch64-linux-gnu;
+# scripts/test-arm.sh uses it for the kernels-only build (SPOOL_KERNELS_ONLY).
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+
+set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+
+set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)
+set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
+set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
+set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
+
+# "-cpu max" turns on every optional feature qemu emulates (dotprod, fp16),
+# so the NEON kernel table is selected at run time.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-cpu;max;-L;/usr/aarch64-linux-gnu)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Cross-builds spool's kernel library for ARM64 (NEON + dotprod) and runs the
+# kernel and matmul tests under qemu-user on this x86-64 machine:
+#   scripts/test-arm.sh            # install tools if missing, build, test
+#   SPOOL_ARM_SKIP_INSTALL=1 scripts/test-arm.sh   # tools already present
+# Build tree: build-arm/ (kernels-only configuration, SPOOL_KERNELS_ONLY=ON).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian 12 packages: the aarch64 cross g++ (with its libc/libstdc++ under
+# /usr/aarch64-linux-gnu) and the user-mode emulator.
+install_tools() {
+  # googletest: its sources, built for the target (no arm64 libgtest here).
+  local pkgs=(g++-aarch64-linux-gnu cmake ninja-build googletest) missing=()
+  # qemu-user-static provides the same emulator as qemu-user.
+  command -v qemu-aarch64 >/dev/null || command -v qemu-aarch64-static >/dev/null || pkgs+=(qemu-user)
+  for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -eq 0 ]; then return; fi
+  local sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+if [ -z "${SPOOL_ARM_SKIP_INSTALL:-}" ]; then
+  t0=$(date +%s)
+  install_tools
+  echo "test-arm: tools ready in $(( $(date +%s) - t0 )) s"
+fi
+
+t0=$(date +%s)
+jobs="${SPOOL_ARM_JOBS:-$(nproc)}"
+cmake -S . -B build-arm -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DSPOOL_KERNELS_ONLY=ON >/dev/null
+cmake --build build-arm -j"$jobs"
+echo "test-arm: built in $(( $(date +%s) - t0 )) s"
+
+# QEMU_CPU=max emulates every optional feature qemu knows, dotprod and fp16
+# included, so getauxval(AT_HWCAP) reports ASIMDDP and the NEON table is built;
+# the tests then check it against the scalar reference. A run without the
+# NEON table would test only the reference, so it counts as a failure.
+t0=$(date +%s)
+export QEMU_CPU=max QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
+log=build-arm/test.log
+"$qemu" build-arm/spool_kernel_tests --gtest_brief=1 "$@" | grep -v '^round trip' | tee "$log"
+echo "test-arm: tests ran in $(( $(date +%s) - t0 )) s"
+if ! grep -q '^ISAs tested:.* neon' "$log"; then
+  echo "test-arm: the NEON kernel table was not exercised" >&2
+  exit 1
+fi
