@@ -41,22 +41,22 @@ struct FloatKernel {
     } else {
       const T* wr[R];
       const float* ar[C];
-      for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + r * w_stride);
-      for (int j = 0; j < C; ++j) ar[j] = reinterpret_cast<const float*>(a + j * a_stride);
+      SPOOL_UNROLL for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + r * w_stride);
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) ar[j] = reinterpret_cast<const float*>(a + j * a_stride);
       float32x4_t acc[R][C];
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < C; ++j) acc[r][j] = vdupq_n_f32(0.0f);
+      SPOOL_UNROLL for (int r = 0; r < R; ++r)
+        SPOOL_UNROLL for (int j = 0; j < C; ++j) acc[r][j] = vdupq_n_f32(0.0f);
       int64_t i = 0;
       for (; i + 4 <= n; i += 4) {
         float32x4_t wv[R];
-        for (int r = 0; r < R; ++r) wv[r] = L::load4(wr[r] + i);
-        for (int j = 0; j < C; ++j) {
+        SPOOL_UNROLL for (int r = 0; r < R; ++r) wv[r] = L::load4(wr[r] + i);
+        SPOOL_UNROLL for (int j = 0; j < C; ++j) {
           const float32x4_t av = vld1q_f32(ar[j] + i);
-          for (int r = 0; r < R; ++r) acc[r][j] = vfmaq_f32(acc[r][j], wv[r], av);
+          SPOOL_UNROLL for (int r = 0; r < R; ++r) acc[r][j] = vfmaq_f32(acc[r][j], wv[r], av);
         }
       }
-      for (int j = 0; j < C; ++j) {
-        for (int r = 0; r < R; ++r) {
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) {
+        SPOOL_UNROLL for (int r = 0; r < R; ++r) {
           float s = vaddvq_f32(acc[r][j]);
           for (int64_t k = i; k < n; ++k) s += L::one(wr[r] + k) * ar[j][k];
           c[j * ldc + r] = s;

@@ -96,7 +96,7 @@ struct Q6_KOps {
     const int h = q / 2, p = q % 2;
     const uint8x16_t qh[2] = {vld1q_u8(row.b->qh + 32 * h), vld1q_u8(row.b->qh + 32 * h + 16)};
     const uint8x16_t three = vdupq_n_u8(3);
-    for (int k = 0; k < 4; ++k) {
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
       const uint8x16_t ql = vld1q_u8(row.b->ql + 64 * h + 16 * k);
       const uint8x16_t lo = p ? vshrq_n_u8(ql, 4) : vandq_u8(ql, vdupq_n_u8(0xF));
       const uint8x16_t hi = vandq_u8(shift_right(qh[k % 2], 4 * p + 2 * (k / 2)), three);
@@ -127,7 +127,7 @@ struct Q3_KOps {
   }
   static void unpack(const Row& row, int q, int8x16_t* out) {
     const int h = q / 2, c0 = 2 * (q % 2);
-    for (int k = 0; k < 4; ++k) {
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
       const int c = c0 + k / 2;
       const uint8x16_t qs = vld1q_u8(row.b->qs + 32 * h + 16 * (k % 2));
       const uint8x16_t low = vandq_u8(shift_right(qs, 2 * c), vdupq_n_u8(3));
@@ -158,7 +158,7 @@ struct Q2_KOps {
   }
   static void unpack(const Row& row, int q, int8x16_t* out) {
     const int h = q / 2, c0 = 2 * (q % 2);
-    for (int k = 0; k < 4; ++k) {
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
       const uint8x16_t qs = vld1q_u8(row.b->qs + 32 * h + 16 * (k % 2));
       out[k] = vreinterpretq_s8_u8(vandq_u8(shift_right(qs, 2 * (c0 + k / 2)), vdupq_n_u8(3)));
     }
@@ -184,7 +184,7 @@ struct Q8_KOps {
     for (int j = 0; j < 8; ++j) row.scale[j] = 1;
   }
   static void unpack(const Row& row, int q, int8x16_t* out) {
-    for (int k = 0; k < 4; ++k) out[k] = vld1q_s8(row.b->qs + 64 * q + 16 * k);
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) out[k] = vld1q_s8(row.b->qs + 64 * q + 16 * k);
   }
   static int32_t min_sum(const Row&, const BlockQ8_K&) { return 0; }
 };
@@ -198,15 +198,15 @@ struct KQuantKernel {
   static void chunk_dots(const int8x16_t (&wq)[R][4], const typename Ops::Row (&row)[R], int q,
                          const int8_t* act, int32x4_t (&isum)[R][C], int j) {
     int8x16_t av[4];
-    for (int k = 0; k < 4; ++k) av[k] = vld1q_s8(act + 64 * q + 16 * k);
-    for (int r = 0; r < R; ++r) {
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) av[k] = vld1q_s8(act + 64 * q + 16 * k);
+    SPOOL_UNROLL for (int r = 0; r < R; ++r) {
       if constexpr (Ops::kPairScale) {
         const int32x4_t d0 = vdotq_s32(vdotq_s32(vdupq_n_s32(0), wq[r][0], av[0]), wq[r][1], av[1]);
         const int32x4_t d1 = vdotq_s32(vdotq_s32(vdupq_n_s32(0), wq[r][2], av[2]), wq[r][3], av[3]);
         isum[r][j] = vmlaq_n_s32(isum[r][j], d0, row[r].scale[2 * q]);
         isum[r][j] = vmlaq_n_s32(isum[r][j], d1, row[r].scale[2 * q + 1]);
       } else {
-        for (int k = 0; k < 4; ++k) {
+        SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
           const int32x4_t d = vdotq_s32(vdupq_n_s32(0), wq[r][k], av[k]);
           isum[r][j] = vmlaq_n_s32(isum[r][j], d, row[r].scale[4 * q + k]);
         }
@@ -219,38 +219,40 @@ struct KQuantKernel {
     float acc[R][C] = {};
     for (int64_t ib = 0; ib < n / kQKK; ++ib) {
       typename Ops::Row row[R];
-      for (int r = 0; r < R; ++r) Ops::init(row[r], reinterpret_cast<const Block*>(w + r * w_stride)[ib]);
+      SPOOL_UNROLL for (int r = 0; r < R; ++r) Ops::init(row[r], reinterpret_cast<const Block*>(w + r * w_stride)[ib]);
       const BlockQ8_K* y[C];
-      for (int j = 0; j < C; ++j) y[j] = reinterpret_cast<const BlockQ8_K*>(a + j * a_stride) + ib;
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) y[j] = reinterpret_cast<const BlockQ8_K*>(a + j * a_stride) + ib;
       int32x4_t isum[R][C];
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < C; ++j) isum[r][j] = vdupq_n_s32(0);
+      SPOOL_UNROLL for (int r = 0; r < R; ++r)
+        SPOOL_UNROLL for (int j = 0; j < C; ++j) isum[r][j] = vdupq_n_s32(0);
       for (int q = 0; q < 4; ++q) {
         int8x16_t wq[R][4];
-        for (int r = 0; r < R; ++r) Ops::unpack(row[r], q, wq[r]);
-        for (int j = 0; j < C; ++j) chunk_dots<R, C>(wq, row, q, y[j]->qs, isum, j);
+        SPOOL_UNROLL for (int r = 0; r < R; ++r) Ops::unpack(row[r], q, wq[r]);
+        SPOOL_UNROLL for (int j = 0; j < C; ++j) chunk_dots<R, C>(wq, row, q, y[j]->qs, isum, j);
       }
-      for (int j = 0; j < C; ++j) {
-        for (int r = 0; r < R; ++r) {
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) {
+        SPOOL_UNROLL for (int r = 0; r < R; ++r) {
           const float mins = row[r].dmin != 0 ? row[r].dmin * (float)Ops::min_sum(row[r], *y[j]) : 0.0f;
           acc[r][j] += y[j]->d * (row[r].d * (float)vaddvq_s32(isum[r][j]) - mins);
         }
       }
     }
-    for (int j = 0; j < C; ++j)
-      for (int r = 0; r < R; ++r) c[j * ldc + r] = acc[r][j];
+    SPOOL_UNROLL for (int j = 0; j < C; ++j)
+      SPOOL_UNROLL for (int r = 0; r < R; ++r) c[j * ldc + r] = acc[r][j];
   }
 };
 
 }  // namespace
 
+// 2 x 4 tiles keep the unpacked rows, the activations and the 8 int32
+// accumulators in registers; decode steps take 4 rows at a time.
 void fill_neon_kquant_kernels(KernelTable& t) {
-  neon_set<KQuantKernel<Q2_KOps>, 4, 2>(t, DType::Q2_K);
-  neon_set<KQuantKernel<Q3_KOps>, 4, 2>(t, DType::Q3_K);
-  neon_set<KQuantKernel<K4Ops<false>>, 4, 2>(t, DType::Q4_K);
-  neon_set<KQuantKernel<K4Ops<true>>, 4, 2>(t, DType::Q5_K);
-  neon_set<KQuantKernel<Q6_KOps>, 4, 2>(t, DType::Q6_K);
-  neon_set<KQuantKernel<Q8_KOps>, 4, 2>(t, DType::Q8_K);
+  neon_set<KQuantKernel<Q2_KOps>, 2, 4, 4>(t, DType::Q2_K);
+  neon_set<KQuantKernel<Q3_KOps>, 2, 4, 4>(t, DType::Q3_K);
+  neon_set<KQuantKernel<K4Ops<false>>, 2, 4, 4>(t, DType::Q4_K);
+  neon_set<KQuantKernel<K4Ops<true>>, 2, 4, 4>(t, DType::Q5_K);
+  neon_set<KQuantKernel<Q6_KOps>, 2, 4, 4>(t, DType::Q6_K);
+  neon_set<KQuantKernel<Q8_KOps>, 2, 4, 4>(t, DType::Q8_K);
 }
 
 }  // namespace spool::detail

@@ -89,36 +89,95 @@ struct LegacyKernel {
 
   template <int R, int C>
   static void tile(SPOOL_NEON_TILE_ARGS) {
-    float32x4_t acc[R][C];
-    float macc[R][C] = {};
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < C; ++j) acc[r][j] = vdupq_n_f32(0.0f);
-    const int64_t nb = n / kQK;
-    for (int64_t ib = 0; ib < nb; ++ib) {
+    if constexpr (C == 4) {
+      tile_c4<R>(n, w, w_stride, a, a_stride, c, ldc);
+    } else {
+      tile_narrow<R, C>(n, w, w_stride, a, a_stride, c, ldc);
+    }
+  }
+
+  // Unpacks block ib of R weight rows.
+  template <int R>
+  static void load_rows(const uint8_t* w, size_t w_stride, int64_t ib, int8x16_t* lo,
+                        int8x16_t* hi, float* dw, float* mw) {
+    SPOOL_UNROLL for (int r = 0; r < R; ++r) {
+      const Block& b = reinterpret_cast<const Block*>(w + r * w_stride)[ib];
+      Ops::unpack(b, &lo[r], &hi[r]);
+      dw[r] = neon_h2f(b.d);
+      if constexpr (Ops::kHasMin) mw[r] = neon_h2f(b.m);
+    }
+  }
+
+  // Four activation rows: the four integer block sums of a weight row are
+  // reduced into one vector (lane j = activation j), so each row needs one
+  // convert and one multiply-add per block, and R accumulators in all.
+  template <int R>
+  static void tile_c4(SPOOL_NEON_TILE_ARGS) {
+    float32x4_t acc[R];
+    SPOOL_UNROLL for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0.0f);
+    for (int64_t ib = 0; ib < n / kQK; ++ib) {
       int8x16_t lo[R], hi[R];
       float dw[R], mw[R];
-      for (int r = 0; r < R; ++r) {
-        const Block& b = reinterpret_cast<const Block*>(w + r * w_stride)[ib];
-        Ops::unpack(b, &lo[r], &hi[r]);
-        dw[r] = neon_h2f(b.d);
-        if constexpr (Ops::kHasMin) mw[r] = neon_h2f(b.m);
+      load_rows<R>(w, w_stride, ib, lo, hi, dw, mw);
+      int8x16_t al[4], ah[4];
+      float da[4], sa[4];
+      SPOOL_UNROLL for (int j = 0; j < 4; ++j) {
+        const Act& y = reinterpret_cast<const Act*>(a + j * a_stride)[ib];
+        al[j] = vld1q_s8(y.qs);
+        ah[j] = vld1q_s8(y.qs + 16);
+        da[j] = neon_h2f(y.d);
+        if constexpr (Ops::kHasMin) sa[j] = neon_h2f(y.s);
       }
-      for (int j = 0; j < C; ++j) {
+      const float32x4_t da4 = vld1q_f32(da);
+      SPOOL_UNROLL for (int r = 0; r < R; ++r) {
+        int32x4_t s[4];
+        SPOOL_UNROLL for (int j = 0; j < 4; ++j) {
+          s[j] = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo[r], al[j]), hi[r], ah[j]);
+        }
+        const int32x4_t sums = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+        acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(sums), vmulq_n_f32(da4, dw[r]));
+        if constexpr (Ops::kHasMin) acc[r] = vfmaq_n_f32(acc[r], vld1q_f32(sa), mw[r]);
+      }
+    }
+    SPOOL_UNROLL for (int r = 0; r < R; ++r) {
+      SPOOL_UNROLL for (int j = 0; j < 4; ++j) c[j * ldc + r] = lane(acc[r], j);
+    }
+  }
+
+  static float lane(float32x4_t v, int j) {
+    float out[4];
+    vst1q_f32(out, v);
+    return out[j];
+  }
+
+  // Any other width (decode: C == 1): one vector accumulator per pair,
+  // reduced at the end.
+  template <int R, int C>
+  static void tile_narrow(SPOOL_NEON_TILE_ARGS) {
+    float32x4_t acc[R][C];
+    float macc[R][C] = {};
+    SPOOL_UNROLL for (int r = 0; r < R; ++r)
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) acc[r][j] = vdupq_n_f32(0.0f);
+    for (int64_t ib = 0; ib < n / kQK; ++ib) {
+      int8x16_t lo[R], hi[R];
+      float dw[R], mw[R];
+      load_rows<R>(w, w_stride, ib, lo, hi, dw, mw);
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) {
         const Act& y = reinterpret_cast<const Act*>(a + j * a_stride)[ib];
         const int8x16_t al = vld1q_s8(y.qs), ah = vld1q_s8(y.qs + 16);
         const float da = neon_h2f(y.d);
-        for (int r = 0; r < R; ++r) {
+        SPOOL_UNROLL for (int r = 0; r < R; ++r) {
           const int32x4_t s = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo[r], al), hi[r], ah);
           acc[r][j] = vfmaq_n_f32(acc[r][j], vcvtq_f32_s32(s), dw[r] * da);
         }
         if constexpr (Ops::kHasMin) {
           const float sa = neon_h2f(y.s);
-          for (int r = 0; r < R; ++r) macc[r][j] += mw[r] * sa;
+          SPOOL_UNROLL for (int r = 0; r < R; ++r) macc[r][j] += mw[r] * sa;
         }
       }
     }
-    for (int j = 0; j < C; ++j)
-      for (int r = 0; r < R; ++r) c[j * ldc + r] = vaddvq_f32(acc[r][j]) + macc[r][j];
+    SPOOL_UNROLL for (int j = 0; j < C; ++j)
+      SPOOL_UNROLL for (int r = 0; r < R; ++r) c[j * ldc + r] = vaddvq_f32(acc[r][j]) + macc[r][j];
   }
 };
 

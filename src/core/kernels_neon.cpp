@@ -14,7 +14,7 @@ namespace {
 // their int32 sum in *sum when asked.
 inline int8x16_t round16(const float* x, float scale, int32x4_t* sum) {
   int32x4_t q[4];
-  for (int k = 0; k < 4; ++k) q[k] = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + 4 * k), scale));
+  SPOOL_UNROLL for (int k = 0; k < 4; ++k) q[k] = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(x + 4 * k), scale));
   if (sum) *sum = vaddq_s32(*sum, vaddq_s32(vaddq_s32(q[0], q[1]), vaddq_s32(q[2], q[3])));
   const int16x8_t h0 = vcombine_s16(vqmovn_s32(q[0]), vqmovn_s32(q[1]));
   const int16x8_t h1 = vcombine_s16(vqmovn_s32(q[2]), vqmovn_s32(q[3]));

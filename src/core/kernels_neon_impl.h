@@ -28,6 +28,14 @@ inline uint16_t neon_f2h(float f) {
   return h;
 }
 
+// Loops over tile rows, tile columns and registers have compile-time trip
+// counts; unrolled, their accumulators stay in registers instead of memory.
+#if defined(__clang__)
+#define SPOOL_UNROLL _Pragma("unroll")
+#else
+#define SPOOL_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 // One micro-tile: R weight rows from w (w_stride apart) against C activation
 // rows from a (a_stride apart); writes c[j * ldc + i].
 #define SPOOL_NEON_TILE_ARGS                                                              \
@@ -36,8 +44,9 @@ inline uint16_t neon_f2h(float f) {
 
 // Covers nr x nc with R x C micro-tiles; leftover rows and columns go
 // through 1-wide tiles. Columns outside, so a decode step (nc == 1) runs
-// the R x 1 tile over all rows.
-template <class K, int R, int C>
+// an R1 x 1 tile over all rows (with one activation row there are
+// registers for more weight rows).
+template <class K, int R, int C, int R1 = R>
 void neon_gemm(int64_t n, const void* w, size_t w_stride, int nr, const void* a,
                size_t a_stride, int nc, float* c, size_t ldc) {
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -56,8 +65,8 @@ void neon_gemm(int64_t n, const void* w, size_t w_stride, int nr, const void* a,
   }
   for (; j < nc; ++j) {
     int i = 0;
-    for (; i + R <= nr; i += R) {
-      K::template tile<R, 1>(n, wb + i * w_stride, w_stride, ab + j * a_stride, a_stride,
+    for (; i + R1 <= nr; i += R1) {
+      K::template tile<R1, 1>(n, wb + i * w_stride, w_stride, ab + j * a_stride, a_stride,
                              c + j * ldc + i, ldc);
     }
     for (; i < nr; ++i) {
@@ -76,11 +85,11 @@ float neon_vec_dot(int64_t n, const void* w, const void* a) {
   return out;
 }
 
-template <class K, int R, int C>
+template <class K, int R, int C, int R1 = R>
 void neon_set(KernelTable& t, DType type) {
   TypeKernels& k = t.types[(uint32_t)type];
   k.vec_dot = neon_vec_dot<K>;
-  k.gemm_tile = neon_gemm<K, R, C>;
+  k.gemm_tile = neon_gemm<K, R, C, R1>;
 }
 
 }  // namespace spool::detail
