@@ -31,11 +31,33 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
 using GemmTileFn = void (*)(int64_t n, const void* w, size_t w_stride, int nr,
                             const void* a, size_t a_stride, int nc, float* c, size_t ldc);
 
+// Optional packed path for a weight type (rows == 0: none, and matmul uses
+// gemm_tile). A weight matrix is repacked once at load into groups of `rows`
+// interleaved rows (the last group padded), so a micro-kernel streams one
+// contiguous buffer and broadcasts activations; activations are converted
+// by quantize_act into the kernel's own row format. The arithmetic equals
+// vec_dot against vec_dot_type (same activation quantization), which is the
+// reference the tests compare with.
+struct PackedKernels {
+  int rows = 0;  // rows per interleaved group
+  // Bytes of the packed form of n_rows x n_cols (rows rounded up to groups).
+  size_t (*packed_bytes)(int64_t n_rows, int64_t n_cols) = nullptr;
+  // Packs n_rows rows (w_stride bytes apart, original layout) into out.
+  void (*pack)(const void* w, size_t w_stride, int64_t n_rows, int64_t n_cols, void* out) = nullptr;
+  size_t (*act_bytes)(int64_t n_cols) = nullptr;  // one converted activation row
+  void (*quantize_act)(const float* x, void* out, int64_t n_cols) = nullptr;
+  // c[t * ldc + r] = dot(row r, activation t) for r < n_rows, t < n_tokens;
+  // w points at the first group, activation rows are act_stride bytes apart.
+  void (*gemm)(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t act_stride,
+               int64_t n_tokens, float* c, size_t ldc) = nullptr;
+};
+
 struct TypeKernels {
   QuantizeRowFn quantize = nullptr;
   DequantizeRowFn dequantize = nullptr;
   VecDotFn vec_dot = nullptr;
   GemmTileFn gemm_tile = nullptr;
+  PackedKernels packed;  // optional; never filled from the reference
 };
 
 struct KernelTable {

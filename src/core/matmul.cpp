@@ -40,7 +40,60 @@ const uint8_t* convert_activations(ThreadPool& pool, const KernelTable& k, DType
   return base;
 }
 
+// The packed path: activations converted by the type's quantize_act, then
+// tasks of whole row groups, each over every token (the group's weights stay
+// in cache while the activation tiles stream past).
+void matmul_packed(ThreadPool& pool, const PackedKernels& pk, const MatView& w, const float* x,
+                   int64_t n_tokens, float* y, std::vector<uint8_t>& scratch) {
+  const int64_t n_cols = w.n_cols, n_rows = w.n_rows;
+  const size_t as = pk.act_bytes(n_cols);
+  scratch.resize(as * n_tokens);
+  uint8_t* act = scratch.data();
+  auto convert = [&](int64_t t, int) { pk.quantize_act(x + t * n_cols, act + t * as, n_cols); };
+  if (n_tokens * n_cols < 64 * 1024) {
+    for (int64_t t = 0; t < n_tokens; ++t) convert(t, 0);
+  } else {
+    pool.run(n_tokens, convert);
+  }
+  const int64_t n_groups = (n_rows + pk.rows - 1) / pk.rows;
+  const size_t group_bytes = pk.packed_bytes(pk.rows, n_cols);
+  // Decode: several tasks per thread for balance. Prefill: fewer, bigger
+  // tasks (each costs a pass over all activations), but every thread busy.
+  const int64_t tasks_wanted = (int64_t)pool.size() * (n_tokens == 1 ? 8 : 4);
+  const int64_t groups_per_task = std::max<int64_t>(1, n_groups / tasks_wanted);
+  const int64_t n_tasks = (n_groups + groups_per_task - 1) / groups_per_task;
+  const auto* packed = static_cast<const uint8_t*>(w.packed);
+  pool.run(n_tasks, [&](int64_t task, int) {
+    const int64_t g0 = task * groups_per_task, r0 = g0 * pk.rows;
+    const int64_t nr = std::min(n_rows, (g0 + groups_per_task) * pk.rows) - r0;
+    pk.gemm(n_cols, packed + g0 * group_bytes, nr, act, as, n_tokens, y + r0, (size_t)n_rows);
+  });
+}
+
 }  // namespace
+
+size_t packed_matrix_bytes(const MatView& w) {
+  const PackedKernels& pk = kernels()[w.type].packed;
+  if (pk.rows == 0 || w.n_cols % dtype_traits(w.type).block_size != 0) return 0;
+  return pk.packed_bytes(w.n_rows, w.n_cols);
+}
+
+void pack_matrix(const MatView& w, void* out, ThreadPool* pool) {
+  const PackedKernels& pk = kernels()[w.type].packed;
+  SPOOL_CHECK(pk.rows > 0);
+  const int64_t n_groups = (w.n_rows + pk.rows - 1) / pk.rows;
+  const size_t group_bytes = pk.packed_bytes(pk.rows, w.n_cols);
+  auto pack_group = [&](int64_t g, int) {
+    const int64_t r0 = g * pk.rows, nr = std::min<int64_t>(pk.rows, w.n_rows - r0);
+    pk.pack(static_cast<const uint8_t*>(w.data) + r0 * w.row_stride(), w.row_stride(), nr, w.n_cols,
+            static_cast<uint8_t*>(out) + g * group_bytes);
+  };
+  if (pool) {
+    pool->run(n_groups, pack_group);
+  } else {
+    for (int64_t g = 0; g < n_groups; ++g) pack_group(g, 0);
+  }
+}
 
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
             std::vector<uint8_t>& scratch) {
@@ -48,6 +101,10 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
   SPOOL_CHECK(w.n_cols % tr.block_size == 0);
   if (n_tokens <= 0 || w.n_rows <= 0) return;
   const KernelTable& k = kernels();
+  if (w.packed && k[w.type].packed.rows > 0) {
+    matmul_packed(pool, k[w.type].packed, w, x, n_tokens, y, scratch);
+    return;
+  }
   const DType vdt = tr.vec_dot_type;
   const size_t a_stride = row_bytes(vdt, w.n_cols), w_stride = w.row_stride();
   const uint8_t* act = convert_activations(pool, k, vdt, x, w.n_cols, n_tokens, a_stride, scratch);

@@ -19,8 +19,17 @@ struct MatView {      // a 2-D weight: n_rows rows of n_cols elements
   const void* data = nullptr;
   int64_t n_cols = 0;  // inner dimension (GGUF ne[0])
   int64_t n_rows = 0;  // output dimension (GGUF ne[1])
+  // Optional copy in kernels()'s packed layout for this type (see
+  // PackedKernels), made by pack_matrix(); matmul prefers it when set.
+  const void* packed = nullptr;
   size_t row_stride() const { return row_bytes(type, n_cols); }
 };
+
+// Bytes of w's packed copy; 0 when kernels() has no packed path for w.type.
+size_t packed_matrix_bytes(const MatView& w);
+// Writes w's packed copy into out (packed_matrix_bytes(w) bytes, 64-byte
+// aligned), splitting the work over pool when given.
+void pack_matrix(const MatView& w, void* out, ThreadPool* pool);
 
 // x: [n_tokens, W.n_cols] floats, y: [n_tokens, W.n_rows] floats.
 // scratch is reused between calls to hold converted activations.

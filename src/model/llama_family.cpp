@@ -66,6 +66,10 @@ LlamaFamilyModel::LlamaFamilyModel(ModelParts parts, RopeStyle style) : Model(st
     throw Error("token_embd.weight has " + std::to_string(config_.n_vocab) + " rows but the tokenizer has " +
                 std::to_string(tokenizer().n_vocab()) + " tokens");
   w_ = load_llama_weights(m, config_);
+  std::vector<const TensorEntry*> mats = {w_.output};  // every matmul weight, for packing
+  for (const LlamaLayerWeights& L : w_.layers)
+    mats.insert(mats.end(), {L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down});
+  weights().prepare_matmul_weights(mats, &pool());
   if (w_.rope_freqs) {
     WeightRef rf = weights().acquire(*w_.rope_freqs);
     rope_freqs_.assign(rf.f32(), rf.f32() + config_.rope.n_dims / 2);

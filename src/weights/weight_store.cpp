@@ -1,6 +1,12 @@
 // WeightRef plumbing and the resident (memory-mapped) weight store.
 #include "weights/weight_store.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <unordered_map>
+
 #include "core/error.h"
 #include "storage/local_file.h"
 
@@ -9,8 +15,8 @@ namespace spool {
 WeightRef& WeightRef::operator=(WeightRef&& o) noexcept {
   if (this != &o) {
     if (store_ && entry_) store_->unpin(*entry_);
-    store_ = o.store_; entry_ = o.entry_; data_ = o.data_;
-    o.store_ = nullptr; o.entry_ = nullptr; o.data_ = nullptr;
+    store_ = o.store_; entry_ = o.entry_; data_ = o.data_; packed_ = o.packed_;
+    o.store_ = nullptr; o.entry_ = nullptr; o.data_ = nullptr; o.packed_ = nullptr;
   }
   return *this;
 }
@@ -25,6 +31,7 @@ MatView WeightRef::mat() const {
   m.data = data_;
   m.n_cols = entry_->shape[0];
   m.n_rows = entry_->n_elements() / entry_->shape[0];
+  m.packed = packed_;
   return m;
 }
 
@@ -46,11 +53,45 @@ class ResidentStore final : public WeightStore {
   }
   const char* mode() const override { return "resident (mmap)"; }
 
+  void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) override {
+    for (const TensorEntry* t : tensors) {
+      if (packed_.count(t) || t->shape.size() != 2) continue;
+      WeightRef ref = acquire(*t);
+      const MatView mv = ref.mat();
+      const size_t bytes = packed_matrix_bytes(mv);
+      if (bytes == 0) continue;
+      void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+      if (!buf) throw Error("out of memory packing '" + t->name + "'");
+      pack_matrix(mv, buf, pool);
+      packed_[t].reset(static_cast<uint8_t*>(buf));
+      release_pages(*t);  // matmul reads the packed copy; rows read later fault back in
+    }
+  }
+
  protected:
-  const void* pin(const TensorEntry& t) override { return maps_[t.file]->data() + t.offset; }
+  const void* pin(const TensorEntry& t) override {
+    return t.memory ? t.memory : maps_[t.file]->data() + t.offset;
+  }
+  const void* packed(const TensorEntry& t) override {
+    auto it = packed_.find(&t);
+    return it == packed_.end() ? nullptr : it->second.get();
+  }
 
  private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+
+  // Drops the whole pages inside a tensor's mapped bytes from this process.
+  void release_pages(const TensorEntry& t) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t begin = (uintptr_t)(maps_[t.file]->data() + t.offset), end = begin + t.bytes;
+    const uintptr_t lo = (begin + page - 1) / page * page, hi = end / page * page;
+    if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
+  }
+
   std::vector<std::unique_ptr<MappedFile>> maps_;
+  std::unordered_map<const TensorEntry*, std::unique_ptr<uint8_t, Free>> packed_;
 };
 
 }  // namespace

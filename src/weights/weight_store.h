@@ -15,21 +15,23 @@
 
 namespace spool {
 
+class ThreadPool;
 class WeightStore;
 
 // A pinned tensor. Move-only; releases its pin when destroyed.
 class WeightRef {
  public:
   WeightRef() = default;
-  WeightRef(WeightStore* store, const TensorEntry* entry, const void* data)
-      : store_(store), entry_(entry), data_(data) {}
+  WeightRef(WeightStore* store, const TensorEntry* entry, const void* data, const void* packed = nullptr)
+      : store_(store), entry_(entry), data_(data), packed_(packed) {}
   WeightRef(WeightRef&& o) noexcept { *this = std::move(o); }
   WeightRef& operator=(WeightRef&& o) noexcept;
   ~WeightRef();
 
   const void* data() const { return data_; }
   const TensorEntry& entry() const { return *entry_; }
-  // The tensor as a matrix: shape[0] columns, the product of the rest rows.
+  // The tensor as a matrix: shape[0] columns, the product of the rest rows;
+  // with the store's packed copy attached when it keeps one.
   MatView mat() const;
   const float* f32() const;  // only for F32 tensors (norm weights, biases)
 
@@ -37,28 +39,35 @@ class WeightRef {
   WeightStore* store_ = nullptr;
   const TensorEntry* entry_ = nullptr;
   const void* data_ = nullptr;
+  const void* packed_ = nullptr;
 };
 
 class WeightStore {
  public:
   virtual ~WeightStore() = default;
   const Manifest& manifest() const { return manifest_; }
-  WeightRef acquire(const TensorEntry& t) { return WeightRef(this, &t, pin(t)); }
+  WeightRef acquire(const TensorEntry& t) { return WeightRef(this, &t, pin(t), packed(t)); }
   WeightRef acquire(const std::string& name) { return acquire(manifest_.require(name)); }
   // Hint that these tensors are needed soon (prefetch); resident store ignores it.
   virtual void prefetch(const std::vector<const TensorEntry*>& tensors) {}
   virtual const char* mode() const = 0;
+  // Declares the tensors that serve as matmul weights. A store may keep them
+  // in the kernels' packed layout (see PackedKernels), made here, once.
+  virtual void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) {}
 
  protected:
   explicit WeightStore(Manifest manifest) : manifest_(std::move(manifest)) {}
   virtual const void* pin(const TensorEntry& t) = 0;
   virtual void unpin(const TensorEntry& t) {}
+  virtual const void* packed(const TensorEntry& t) { return nullptr; }
   friend class WeightRef;
 
   Manifest manifest_;
 };
 
-// Everything mapped from the model files (page cache backed, like llama.cpp's mmap).
+// Everything mapped from the model files (page cache backed, like llama.cpp's
+// mmap); matmul weights get a packed copy in memory when the kernels have a
+// packed layout for their type, and their mapped pages are released.
 std::unique_ptr<WeightStore> make_resident_store(Manifest manifest);
 
 }  // namespace spool

@@ -1,0 +1,59 @@
+// Shared pieces of the AVX-512 packed kernels (kernels_packed_*_avx512.cpp):
+// 16 interleaved weight rows per group, so one zmm holds 4 consecutive
+// bytes of each of the 16 rows and a vpdpbusd against a broadcast 4-byte
+// slice of one activation row yields 16 per-row partial dots at once. The
+// driver walks groups (weights stay in L1) and tiles of up to kTileTokens.
+// Include only from files compiled with the AVX-512 flags.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "core/kernels_impl.h"
+#include "core/quant_blocks.h"
+
+namespace spool::detail::packed {
+
+constexpr int kRows = 16;        // rows per interleaved group
+constexpr int kTileTokens = 8;   // activation rows per micro-tile
+
+inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+inline int64_t n_groups(int64_t n_rows) { return (n_rows + kRows - 1) / kRows; }
+
+// Broadcast of the 4 bytes at p (one activation chunk) to all 16 lanes.
+inline __m512i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+inline __mmask16 row_mask(int64_t rows_left) {
+  return rows_left >= kRows ? (__mmask16)0xFFFF : (__mmask16)((1u << rows_left) - 1);
+}
+
+// Kernel::tile<C>(n_cols, group, act, act_stride, c, ldc, mask) computes a
+// 16-row x C-token tile. Runs it over every group and token tile.
+template <class Kernel>
+void gemm_groups(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as,
+                 int64_t n_tokens, float* c, size_t ldc) {
+  using TileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, float*, size_t, __mmask16);
+  static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array<TileFn, sizeof...(I)>{&Kernel::template tile<I + 1>...};
+  }(std::make_integer_sequence<int, kTileTokens>());
+  const size_t group_bytes = Kernel::group_bytes(n_cols);
+  const auto* wg = static_cast<const uint8_t*>(w);
+  const auto* a = static_cast<const uint8_t*>(act);
+  for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
+    const __mmask16 mask = row_mask(n_rows - g * kRows);
+    for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
+      const int nt = (int)std::min<int64_t>(kTileTokens, n_tokens - t);
+      kFns[nt - 1](n_cols, wg, a + t * as, as, c + t * ldc + g * kRows, ldc, mask);
+    }
+  }
+}
+
+}  // namespace spool::detail::packed

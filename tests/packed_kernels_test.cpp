@@ -1,0 +1,119 @@
+// The optional packed kernels (PackedKernels in kernels.h) of every table
+// that has them: pack awkward row counts, convert activations with
+// quantize_act, run gemm on token counts around the micro-tile, and compare
+// with the scalar reference vec_dot on the same table's vec_dot_type
+// quantization. Also matmul() with a packed copy against the unpacked path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/kernels.h"
+#include "core/matmul.h"
+#include "core/thread_pool.h"
+
+namespace spool {
+namespace {
+
+const DType kTypes[] = {DType::F32, DType::F16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  for (int64_t i = 0; i < n; i += 97) v[i] *= 4.0f;  // outliers
+  return v;
+}
+
+struct AlignedBytes {
+  explicit AlignedBytes(size_t n) : p(static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64))) {}
+  ~AlignedBytes() { std::free(p); }
+  uint8_t* p;
+};
+
+std::vector<uint8_t> quantize_rows(const KernelTable& k, DType t, const std::vector<float>& x, int64_t n_cols) {
+  const int64_t n_rows = (int64_t)x.size() / n_cols;
+  std::vector<uint8_t> q(row_bytes(t, n_cols) * n_rows);
+  for (int64_t r = 0; r < n_rows; ++r) k[t].quantize(x.data() + r * n_cols, q.data() + r * row_bytes(t, n_cols), n_cols);
+  return q;
+}
+
+void check_packed(Isa isa, DType t, int64_t n_cols, int64_t n_rows, int64_t n_tokens) {
+  const KernelTable& k = *kernels_for(isa);
+  const KernelTable& ref = *kernels_for(Isa::Scalar);
+  const PackedKernels& pk = k[t].packed;
+  const DType vdt = dtype_traits(t).vec_dot_type;
+  const auto wf = random_floats(n_cols * n_rows, 1), xf = random_floats(n_cols * n_tokens, 2);
+  const auto wq = quantize_rows(ref, t, wf, n_cols);
+  const auto aq = quantize_rows(k, vdt, xf, n_cols);  // what quantize_act quantizes to
+  AlignedBytes packed(pk.packed_bytes(n_rows, n_cols));
+  pk.pack(wq.data(), row_bytes(t, n_cols), n_rows, n_cols, packed.p);
+  const size_t as = pk.act_bytes(n_cols);
+  std::vector<uint8_t> act(as * n_tokens);
+  for (int64_t j = 0; j < n_tokens; ++j) pk.quantize_act(xf.data() + j * n_cols, act.data() + j * as, n_cols);
+  const size_t ldc = n_rows + 3;
+  std::vector<float> out(ldc * n_tokens, -12345.0f);
+  pk.gemm(n_cols, packed.p, n_rows, act.data(), as, n_tokens, out.data(), ldc);
+  for (int64_t j = 0; j < n_tokens; ++j) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const uint8_t* wr = wq.data() + r * row_bytes(t, n_cols);
+      const uint8_t* ar = aq.data() + j * row_bytes(vdt, n_cols);
+      const float want = ref[t].vec_dot(n_cols, wr, ar);
+      float mag = 0;
+      for (int64_t c = 0; c < n_cols; ++c) mag += std::fabs(wf[r * n_cols + c] * xf[j * n_cols + c]);
+      ASSERT_NEAR(out[j * ldc + r], want, 1e-4 * mag + 1e-5)
+          << isa_name(isa) << " " << dtype_name(t) << " rows " << n_rows << " token " << j << " row " << r;
+    }
+    for (size_t r = n_rows; r < ldc; ++r) ASSERT_EQ(out[j * ldc + r], -12345.0f);
+  }
+}
+
+TEST(PackedKernels, MatchReferenceVecDot) {
+  int n_checked = 0;
+  for (Isa isa : available_isas()) {
+    for (DType t : kTypes) {
+      const PackedKernels& pk = kernels_for(isa)->types[(uint32_t)t].packed;
+      if (pk.rows == 0) continue;
+      ASSERT_TRUE(pk.packed_bytes && pk.pack && pk.act_bytes && pk.quantize_act && pk.gemm);
+      const int64_t n_cols = dtype_traits(t).block_size == 256 ? 768 : 96;
+      for (int64_t n_rows : {1, 16, 37, 50}) {
+        for (int64_t n_tokens : {1, 3, 8, 9, 17}) check_packed(isa, t, n_cols, n_rows, n_tokens);
+      }
+      ++n_checked;
+    }
+  }
+  if (n_checked == 0) GTEST_SKIP() << "no packed kernels on this machine";
+}
+
+TEST(PackedKernels, MatmulPackedMatchesUnpacked) {
+  for (DType t : kTypes) {
+    const int64_t n_cols = dtype_traits(t).block_size == 256 ? 512 : 128, n_rows = 83;
+    const auto wf = random_floats(n_cols * n_rows, 3);
+    const auto wq = quantize_rows(*kernels_for(Isa::Scalar), t, wf, n_cols);
+    MatView w{t, wq.data(), n_cols, n_rows};
+    const size_t bytes = packed_matrix_bytes(w);
+    if (bytes == 0) continue;
+    ThreadPool pool(2);
+    AlignedBytes packed(bytes);
+    pack_matrix(w, packed.p, &pool);
+    MatView wp = w;
+    wp.packed = packed.p;
+    for (int64_t n_tokens : {1, 2, 7, 40}) {
+      const auto x = random_floats(n_cols * n_tokens, 4);
+      std::vector<float> y0(n_rows * n_tokens), y1(n_rows * n_tokens);
+      std::vector<uint8_t> scratch;
+      matmul(pool, w, x.data(), n_tokens, y0.data(), scratch);
+      matmul(pool, wp, x.data(), n_tokens, y1.data(), scratch);
+      for (size_t i = 0; i < y0.size(); ++i)
+        ASSERT_NEAR(y1[i], y0[i], 1e-3 * (std::fabs(y0[i]) + 1.0)) << dtype_name(t) << " tokens " << n_tokens;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spool
