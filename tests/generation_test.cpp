@@ -57,3 +57,22 @@ TEST(Generation, StopStringEndsOutput) {
 }
 
 }  // namespace
+
+namespace {
+
+// llama.cpp b10470's llama-perplexity on the same model, text and context:
+//   llama-perplexity -m stories260K.gguf -f tests/data/tinystories-style.txt -c 128 -t 2
+//   -> Final estimate: PPL = 4.4161 (55 chunks)
+TEST(Generation, Stories260KPerplexityMatchesLlamaCpp) {
+  int status = -1;
+  const std::string out = run_stdout(kBin + " perplexity -m " + kShared + "/models/stories260K.gguf -f " +
+                                         SPOOL_SOURCE_DIR + "/tests/data/tinystories-style.txt -c 128 -t 2 2>/dev/null",
+                                     &status);
+  EXPECT_EQ(status, 0);
+  const size_t at = out.rfind("PPL: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const double ppl = std::stod(out.substr(at + 5));
+  EXPECT_NEAR(ppl, 4.4161, 4.4161 * 0.005) << out;
+}
+
+}  // namespace
