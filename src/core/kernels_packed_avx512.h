@@ -18,8 +18,7 @@
 
 namespace spool::detail::packed {
 
-constexpr int kRows = 16;        // rows per interleaved group
-constexpr int kTileTokens = 8;   // activation rows per micro-tile
+constexpr int kRows = 16;  // rows per interleaved group
 
 inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 inline int64_t n_groups(int64_t n_rows) { return (n_rows + kRows - 1) / kRows; }
@@ -36,21 +35,22 @@ inline __mmask16 row_mask(int64_t rows_left) {
 }
 
 // Kernel::tile<C>(n_cols, group, act, act_stride, c, ldc, mask) computes a
-// 16-row x C-token tile. Runs it over every group and token tile.
+// 16-row x C-token tile, C <= Kernel::kTokens. Runs it over every group and
+// token tile.
 template <class Kernel>
 void gemm_groups(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as,
                  int64_t n_tokens, float* c, size_t ldc) {
   using TileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, float*, size_t, __mmask16);
   static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
     return std::array<TileFn, sizeof...(I)>{&Kernel::template tile<I + 1>...};
-  }(std::make_integer_sequence<int, kTileTokens>());
+  }(std::make_integer_sequence<int, Kernel::kTokens>());
   const size_t group_bytes = Kernel::group_bytes(n_cols);
   const auto* wg = static_cast<const uint8_t*>(w);
   const auto* a = static_cast<const uint8_t*>(act);
   for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
     const __mmask16 mask = row_mask(n_rows - g * kRows);
-    for (int64_t t = 0; t < n_tokens; t += kTileTokens) {
-      const int nt = (int)std::min<int64_t>(kTileTokens, n_tokens - t);
+    for (int64_t t = 0; t < n_tokens; t += Kernel::kTokens) {
+      const int nt = (int)std::min<int64_t>(Kernel::kTokens, n_tokens - t);
       kFns[nt - 1](n_cols, wg, a + t * as, as, c + t * ldc + g * kRows, ldc, mask);
     }
   }

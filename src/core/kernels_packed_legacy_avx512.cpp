@@ -39,6 +39,7 @@ void quantize_act(const float* x, void* out, int64_t n) {
 // kNibbles: Q4_0 (4 zmm of nibbles per block), else Q8_0 (8 zmm of bytes).
 template <bool kNibbles>
 struct LegacyPacked {
+  static constexpr int kTokens = 8;  // activation rows per micro-tile
   static constexpr int kOffset = kNibbles ? 8 : 128;
   static constexpr size_t kBlockBytes = 2 * kRows + (kNibbles ? 4 : 8) * 64;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQK) * kBlockBytes; }
