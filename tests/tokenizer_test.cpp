@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "model/hf_tokenizer.h"
 #include "model/pretokenizer.h"
 #include "model/tokenizer.h"
 #include "model/unicode_regex.h"
@@ -269,51 +270,14 @@ TEST(UnicodeRegex, SemanticsNeededByPreTokenizers) {
 
 // ---- Hugging Face tokenizer.json fixtures ------------------------------------
 
-// Builds the GGUF metadata llama.cpp's converter would write for a small
-// byte-level BPE tokenizer.json (added tokens: special -> control, else user-defined).
-gguf::File gguf_from_tokenizer_json(const std::string& dir, const std::string& pre) {
-  const auto j = nlohmann::json::parse(read_file(dir + "/tokenizer.json"));
-  std::vector<std::string> tokens;
-  std::vector<int64_t> types;
-  auto put = [&](size_t id, const std::string& text, int64_t type) {
-    if (tokens.size() <= id) {
-      tokens.resize(id + 1);
-      types.resize(id + 1, 1);
-    }
-    tokens[id] = text;
-    types[id] = type;
-  };
-  for (const auto& [text, id] : j["model"]["vocab"].items()) put(id.get<size_t>(), text, 1);
-  for (const auto& t : j["added_tokens"]) put(t["id"].get<size_t>(), t["content"], t["special"].get<bool>() ? 3 : 4);
-  std::vector<std::string> merges;
-  for (const auto& m : j["model"]["merges"])
-    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
-
-  gguf::File f;
-  gguf::Value v;
-  v.type = gguf::ValueType::STRING;
-  v.s = "gpt2";
-  f.kv["tokenizer.ggml.model"] = v;
-  v.s = pre;
-  f.kv["tokenizer.ggml.pre"] = v;
-  gguf::Value a;
-  a.type = gguf::ValueType::ARRAY;
-  a.elem_type = gguf::ValueType::STRING;
-  a.strings = tokens;
-  f.kv["tokenizer.ggml.tokens"] = a;
-  a.strings = merges;
-  f.kv["tokenizer.ggml.merges"] = a;
-  gguf::Value t;
-  t.type = gguf::ValueType::ARRAY;
-  t.elem_type = gguf::ValueType::INT32;
-  t.ints = types;
-  f.kv["tokenizer.ggml.token_type"] = t;
-  return f;
-}
-
+// tokenizer.json through the library's HF reader (model/hf_tokenizer.h), which
+// must also recognise the pre-tokenizer from the file's split regex.
 void check_hf_cases(const std::string& fixture, const std::string& pre) {
   const std::string dir = std::string(SPOOL_SHARED_DIR) + "/fixtures/" + fixture;
-  auto tok = load_tokenizer(gguf_from_tokenizer_json(dir, pre));
+  gguf::File f;
+  add_hf_tokenizer_metadata(dir, 0, f);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), pre);
+  auto tok = load_tokenizer(f);
   const auto cases = nlohmann::json::parse(read_file(dir + "/cases.json"));
   for (const auto& c : cases["encode"]) {
     const std::string text = c["text"];
@@ -325,7 +289,7 @@ void check_hf_cases(const std::string& fixture, const std::string& pre) {
 }
 
 TEST(Tokenizer, HuggingFaceQwen2Cases) { check_hf_cases("tok-qwen2", "qwen2"); }
-TEST(Tokenizer, HuggingFaceLlama3Cases) { check_hf_cases("tok-llama3", "llama-bpe"); }
+TEST(Tokenizer, HuggingFaceLlama3Cases) { check_hf_cases("tok-llama3", "llama3"); }
 
 // ---- malformed metadata -------------------------------------------------------
 

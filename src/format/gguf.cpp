@@ -264,6 +264,47 @@ bool Value::is_integer() const {
   return type != ValueType::STRING && type != ValueType::ARRAY && !is_float();
 }
 
+Value Value::of_int(int64_t x, ValueType t) {
+  Value v;
+  v.type = t;
+  v.i = x;
+  v.u = (uint64_t)x;
+  v.f = (double)x;
+  return v;
+}
+
+Value Value::of_float(double x, ValueType t) {
+  Value v;
+  v.type = t;
+  v.f = x;
+  return v;
+}
+
+Value Value::of_bool(bool x) { return of_int(x ? 1 : 0, ValueType::BOOL); }
+
+Value Value::of_string(std::string x) {
+  Value v;
+  v.type = ValueType::STRING;
+  v.s = std::move(x);
+  return v;
+}
+
+Value Value::of_strings(std::vector<std::string> x) {
+  Value v;
+  v.type = ValueType::ARRAY;
+  v.elem_type = ValueType::STRING;
+  v.strings = std::move(x);
+  return v;
+}
+
+Value Value::of_ints(std::vector<int64_t> x, ValueType elem) {
+  Value v;
+  v.type = ValueType::ARRAY;
+  v.elem_type = elem;
+  v.ints = std::move(x);
+  return v;
+}
+
 size_t Value::array_size() const {
   if (!is_array()) return 0;
   return ints.size() + floats.size() + strings.size() + arrays.size();

@@ -40,6 +40,14 @@ struct Value {
   bool is_float() const { return type == ValueType::FLOAT32 || type == ValueType::FLOAT64; }
   size_t array_size() const;
   std::string to_string(size_t max_elems = 8) const;  // for `spool inspect`
+
+  // Values made in memory (metadata synthesized from other formats, tests).
+  static Value of_int(int64_t x, ValueType t = ValueType::INT64);
+  static Value of_float(double x, ValueType t = ValueType::FLOAT64);
+  static Value of_bool(bool x);
+  static Value of_string(std::string x);
+  static Value of_strings(std::vector<std::string> x);
+  static Value of_ints(std::vector<int64_t> x, ValueType elem = ValueType::INT32);
 };
 
 struct File {

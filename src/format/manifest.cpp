@@ -23,6 +23,16 @@ void Manifest::add(TensorEntry entry) {
   tensors.push_back(std::move(entry));
 }
 
+void Manifest::add_in_memory(TensorEntry entry, std::vector<uint8_t> data) {
+  auto buf = std::make_shared<const std::vector<uint8_t>>(std::move(data));
+  entry.file = -1;
+  entry.offset = 0;
+  entry.bytes = buf->size();
+  entry.memory = buf->data();
+  add(std::move(entry));
+  buffers_.push_back(std::move(buf));
+}
+
 uint64_t Manifest::total_bytes() const {
   uint64_t n = 0;
   for (const auto& t : tensors) n += t.bytes;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/hf_checkpoint.h"
 
 namespace spool {
 namespace {
@@ -51,7 +52,8 @@ ModelConfig read_config(const gguf::File& f, int n_vocab, RopeStyle style) {
   c.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5);
 
   RopeConfig& r = c.rope;
-  r.style = style;
+  // HF checkpoints keep Q/K unpermuted, so even llama rotates in NeoX order there.
+  r.style = f.get_bool(hf::kRopeNeoxKey, style == RopeStyle::Neox) ? RopeStyle::Neox : RopeStyle::Normal;
   r.n_dims = (int)f.get_int(a + "rope.dimension_count", c.head_dim_k);
   if (r.n_dims <= 0 || r.n_dims > c.head_dim_k || r.n_dims % 2)
     throw Error("model metadata: rope.dimension_count " + std::to_string(r.n_dims) + " is invalid");

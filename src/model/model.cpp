@@ -1,4 +1,5 @@
-// Model loading: open the file, build the manifest-backed weight store and
+// Model loading: open the file (GGUF, or a Hugging Face directory presented as
+// GGUF metadata + manifest), build the manifest-backed weight store and
 // tokenizer, then hand the parts to the architecture named in the metadata.
 #include "model/model.h"
 
@@ -6,7 +7,9 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "format/hf_checkpoint.h"
 #include "model/arch_registry.h"
+#include "model/hf_tokenizer.h"
 
 namespace spool {
 
@@ -45,9 +48,20 @@ const TensorEntry& expect_tensor(const Manifest& m, const std::string& name, std
   return *t;
 }
 
+gguf::File open_model_file(const std::string& path) {
+  if (!hf::is_checkpoint(path)) return gguf::open(path);
+  gguf::File f = hf::open_checkpoint(path);
+  // The tokenizer is padded to the embedding's rows, as llama.cpp's converter does.
+  const TensorEntry* embd = f.manifest.find("token_embd.weight");
+  const int64_t n_vocab =
+      embd && embd->shape.size() == 2 ? embd->shape[1] : f.get_int(f.architecture() + ".vocab_size", 0);
+  add_hf_tokenizer_metadata(hf::checkpoint_dir(path), n_vocab, f);
+  return f;
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
   ModelParts parts;
-  parts.file = gguf::open(path);
+  parts.file = open_model_file(path);
   const std::string arch = parts.file.architecture();
   ModelFactory factory = find_arch(arch);
   if (!factory) {

@@ -52,7 +52,11 @@ class Model {
   ModelConfig config_;
 };
 
+// `path` is a GGUF file (or the first of a split GGUF), or a Hugging Face
+// checkpoint directory (or its config.json).
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options);
+// The metadata and manifest of either form, tokenizer keys included, without loading.
+gguf::File open_model_file(const std::string& path);
 
 // Checks a tensor's shape; throws spool::Error naming the tensor on mismatch.
 const TensorEntry& expect_tensor(const Manifest& m, const std::string& name, std::vector<int64_t> shape);

@@ -99,6 +99,16 @@ std::vector<std::string> PreTokenizer::known_names() {
   return out;
 }
 
+std::string PreTokenizer::name_for_patterns(const std::vector<std::string>& patterns) {
+  for (const auto& spec : specs()) {
+    if (spec.names.empty() || spec.patterns.size() != patterns.size()) continue;
+    if (!std::equal(patterns.begin(), patterns.end(), spec.patterns.begin())) continue;
+    for (auto n : spec.names)
+      if (!n.empty()) return std::string(n);
+  }
+  return "";
+}
+
 std::vector<std::string> PreTokenizer::split(std::string_view text) const {
   const std::vector<uint32_t> cpts = unicode::decode_utf8(text);
   // Pieces as [start, end) codepoint ranges; each regex refines all of them.

@@ -23,6 +23,9 @@ class PreTokenizer {
 
   const std::string& name() const { return name_; }
   static std::vector<std::string> known_names();
+  // The name whose split regexes are exactly `patterns` (as a tokenizer.json
+  // Sequence of Split pre-tokenizers lists them); "" if none is known.
+  static std::string name_for_patterns(const std::vector<std::string>& patterns);
 
  private:
   std::string name_;

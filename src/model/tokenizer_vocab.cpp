@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "model/hf_tokenizer.h"
 #include "model/tokenizer_vocab.h"
 
 namespace spool {
@@ -209,6 +210,9 @@ Vocab load_vocab(const gguf::File& f, VocabType type) {
   int32_t fim_pad = -1, fim_rep = -1, fim_sep = -1;
   read_special_ids(f, v, &fim_pad, &fim_rep, &fim_sep);
   detect_eog(v, fim_pad, fim_rep, fim_sep);
+  if (const gguf::Value* ids = f.find(kEogIdsKey); ids && ids->is_array())  // from HF generation_config.json
+    for (int64_t id : ids->ints)
+      if (id >= 0 && id < static_cast<int64_t>(v.text.size())) v.eog.insert(static_cast<int32_t>(id));
 
   for (int32_t id = 0; id < static_cast<int32_t>(v.text.size()); ++id)
     if (v.attr[id] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) v.special_by_length.push_back(id);

@@ -1,4 +1,4 @@
-// `spool inspect`: what a GGUF file holds, from its header alone (no tensor
+// `spool inspect`: what a GGUF file or HF checkpoint holds, from its headers (no tensor
 // data is read): architecture, hyper-parameters, tokenizer summary, bytes by
 // dtype, the KV cache cost per token, and optionally every tensor and key.
 #include <cstdio>
@@ -85,9 +85,10 @@ void print_tensor_summary(const gguf::File& f, bool list) {
 
 void inspect(const InspectOptions& o) {
   const std::string path = resolve_model_path(o.model);
-  const gguf::File f = gguf::open(path);
+  const gguf::File f = open_model_file(path);
   const std::string arch = f.architecture();
-  std::printf("file:          %s (GGUF v%u, %zu file%s, %llu bytes, alignment %llu)\n", path.c_str(), f.version,
+  const std::string format = f.version ? "GGUF v" + std::to_string(f.version) : std::string("Hugging Face safetensors");
+  std::printf("file:          %s (%s, %zu file%s, %llu bytes, alignment %llu)\n", path.c_str(), format.c_str(),
               f.manifest.files.size(), f.manifest.files.size() == 1 ? "" : "s",
               (unsigned long long)[&] { uint64_t s = 0; for (uint64_t b : f.manifest.file_sizes) s += b; return s; }(),
               (unsigned long long)f.alignment);

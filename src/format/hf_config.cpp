@@ -1,0 +1,186 @@
+// config.json -> GGUF-style metadata for the dense llama-family model types
+// (llama, qwen2, qwen3), with the rope variants of both spellings: released
+// checkpoints write "rope_scaling", transformers 5 writes "rope_parameters".
+// llama3 rope becomes a computed rope_freqs.weight tensor, as llama.cpp's
+// converter writes it.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "format/hf_checkpoint.h"
+
+namespace spool::hf {
+namespace {
+
+using nlohmann::json;
+using gguf::Value;
+using gguf::ValueType;
+
+[[noreturn]] void fail(const std::string& why) { throw Error("config.json: " + why); }
+
+// The value of a key, or nullptr when it is absent or null.
+const json* field(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+double number(const json& j, const char* key) {
+  const json* v = field(j, key);
+  if (!v) fail(std::string("missing '") + key + "'");
+  if (!v->is_number()) fail(std::string("'") + key + "' should be a number");
+  return v->get<double>();
+}
+
+double number(const json& j, const char* key, double def) { return field(j, key) ? number(j, key) : def; }
+
+int64_t integer(const json& j, const char* key) {
+  const double x = number(j, key);
+  if (x != std::floor(x) || x < 0 || x > 1e12) fail(std::string("'") + key + "' should be a non-negative integer");
+  return (int64_t)x;
+}
+
+int64_t integer(const json& j, const char* key, int64_t def) { return field(j, key) ? integer(j, key) : def; }
+
+// HF model_type -> GGUF architecture of the same layout.
+const char* gguf_arch(const std::string& model_type) {
+  if (model_type == "llama") return "llama";
+  if (model_type == "qwen2") return "qwen2";
+  if (model_type == "qwen3") return "qwen3";
+  return nullptr;
+}
+
+// Features of these model types that the llama-family code does not implement.
+void reject_unsupported(const json& c) {
+  const std::string act = c.value("hidden_act", std::string("silu"));
+  if (act != "silu") fail("hidden_act '" + act + "' is not supported (only silu)");
+  if (const json* b = field(c, "mlp_bias"); b && b->is_boolean() && b->get<bool>())
+    fail("mlp_bias is not supported");
+  if (const json* s = field(c, "use_sliding_window"); s && s->is_boolean() && s->get<bool>())
+    fail("sliding-window attention (use_sliding_window) is not supported");
+}
+
+// rope_parameters (transformers 5) or rope_scaling (earlier); null if neither.
+const json* rope_section(const json& c) {
+  if (const json* r = field(c, "rope_parameters"); r && r->is_object()) return r;
+  if (const json* r = field(c, "rope_scaling"); r && r->is_object()) return r;
+  return nullptr;
+}
+
+// llama3 rope: per-dimension divisors of the rotation frequency (llama.cpp's
+// rope_freqs): high frequencies keep theirs, low ones are divided by `factor`,
+// the band between is interpolated smoothly.
+std::vector<float> llama3_freq_factors(const json& r, int n_dims, double base) {
+  const double factor = number(r, "factor"), lo = number(r, "low_freq_factor", 1.0),
+               hi = number(r, "high_freq_factor", 4.0);
+  const double ctx = number(r, "original_max_position_embeddings", 8192);
+  if (factor <= 0 || hi <= lo) fail("llama3 rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor");
+  const double lo_wavelen = ctx / lo, hi_wavelen = ctx / hi;
+  std::vector<float> ff(n_dims / 2);
+  for (int i = 0; i < n_dims / 2; ++i) {
+    const double inv_freq = std::pow(base, -2.0 * i / n_dims);
+    const double wavelen = 2 * M_PI / inv_freq;
+    if (wavelen < hi_wavelen) {
+      ff[i] = 1.0f;
+    } else if (wavelen > lo_wavelen) {
+      ff[i] = (float)factor;
+    } else {
+      const double smooth = (ctx / wavelen - lo) / (hi - lo);
+      ff[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+    }
+  }
+  return ff;
+}
+
+void add_rope_freqs(const std::vector<float>& ff, gguf::File& out) {
+  std::vector<uint8_t> bytes(ff.size() * sizeof(float));
+  std::memcpy(bytes.data(), ff.data(), bytes.size());
+  TensorEntry e;
+  e.name = "rope_freqs.weight";
+  e.type = DType::F32;
+  e.shape = {(int64_t)ff.size()};
+  out.manifest.add_in_memory(std::move(e), std::move(bytes));
+}
+
+// Rope base, scaling type and its parameters, as llama.cpp names them.
+void rope_to_metadata(const json& c, const std::string& a, int n_dims, int64_t n_ctx, gguf::File& out) {
+  const json* r = rope_section(c);
+  const double base = r && field(*r, "rope_theta") ? number(*r, "rope_theta") : number(c, "rope_theta", 10000.0);
+  out.kv[a + "rope.freq_base"] = Value::of_float(base);
+  std::string type = "default";
+  if (r) type = field(*r, "rope_type") ? r->at("rope_type").get<std::string>() : r->value("type", "default");
+  if (type == "default") return;
+  if (type == "linear") {
+    out.kv[a + "rope.scaling.type"] = Value::of_string("linear");
+    out.kv[a + "rope.scaling.factor"] = Value::of_float(number(*r, "factor"));
+  } else if (type == "yarn") {
+    const double factor = number(*r, "factor");
+    if (factor <= 0) fail("yarn rope factor must be positive");
+    out.kv[a + "rope.scaling.type"] = Value::of_string("yarn");
+    out.kv[a + "rope.scaling.factor"] = Value::of_float(factor);
+    out.kv[a + "rope.scaling.original_context_length"] =
+        Value::of_int(integer(*r, "original_max_position_embeddings", n_ctx));
+    out.kv[a + "rope.scaling.yarn_beta_fast"] = Value::of_float(number(*r, "beta_fast", 32.0));
+    out.kv[a + "rope.scaling.yarn_beta_slow"] = Value::of_float(number(*r, "beta_slow", 1.0));
+    // HF's attention_factor is the whole magnitude scale; spool's rope (like
+    // llama.cpp's) already multiplies by 1 + 0.1 ln(factor) and takes the rest.
+    if (field(*r, "attention_factor"))
+      out.kv[a + "rope.scaling.attn_factor"] =
+          Value::of_float(number(*r, "attention_factor") / (1.0 + 0.1 * std::log(factor)));
+  } else if (type == "llama3") {
+    add_rope_freqs(llama3_freq_factors(*r, n_dims, base), out);
+  } else {
+    fail("rope type '" + type + "' is not supported (default, linear, yarn, llama3)");
+  }
+}
+
+}  // namespace
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return json::parse(ss.str());
+  } catch (const std::exception& e) {
+    throw Error("'" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
+std::string config_to_metadata(const json& c, const std::string& name, gguf::File& out) {
+  if (!c.is_object()) fail("not a JSON object");
+  const json* mt = field(c, "model_type");
+  if (!mt || !mt->is_string()) fail("missing 'model_type'");
+  const char* arch = gguf_arch(mt->get<std::string>());
+  if (!arch) fail("unsupported model_type '" + mt->get<std::string>() + "' (supported: llama, qwen2, qwen3)");
+  reject_unsupported(c);
+  const std::string a = std::string(arch) + ".";
+  const int64_t n_embd = integer(c, "hidden_size"), n_head = integer(c, "num_attention_heads");
+  if (n_head <= 0) fail("num_attention_heads must be positive");
+  const int64_t head_dim = integer(c, "head_dim", n_embd / n_head);
+  const int64_t n_ctx = integer(c, "max_position_embeddings", 2048);
+  const int n_rot = (int)(head_dim * number(c, "partial_rotary_factor", 1.0));
+
+  out.version = 0;  // not a GGUF file
+  out.kv["general.architecture"] = Value::of_string(arch);
+  out.kv["general.name"] = Value::of_string(name);
+  out.kv[a + "context_length"] = Value::of_int(n_ctx);
+  out.kv[a + "embedding_length"] = Value::of_int(n_embd);
+  out.kv[a + "block_count"] = Value::of_int(integer(c, "num_hidden_layers"));
+  out.kv[a + "feed_forward_length"] = Value::of_int(integer(c, "intermediate_size"));
+  out.kv[a + "attention.head_count"] = Value::of_int(n_head);
+  out.kv[a + "attention.head_count_kv"] = Value::of_int(integer(c, "num_key_value_heads", n_head));
+  out.kv[a + "attention.key_length"] = Value::of_int(head_dim);
+  out.kv[a + "attention.value_length"] = Value::of_int(head_dim);
+  out.kv[a + "attention.layer_norm_rms_epsilon"] = Value::of_float(number(c, "rms_norm_eps", 1e-6));
+  out.kv[a + "rope.dimension_count"] = Value::of_int(n_rot);
+  if (field(c, "vocab_size")) out.kv[a + "vocab_size"] = Value::of_int(integer(c, "vocab_size"));
+  out.kv[kRopeNeoxKey] = Value::of_bool(true);  // every HF model type here rotates halves
+  rope_to_metadata(c, a, n_rot, n_ctx, out);
+  return arch;
+}
+
+}  // namespace spool::hf
