@@ -355,6 +355,20 @@ TEST(HfCheckpoint, UntiedWithoutLmHead) {
   expect_error(tmp.str(), "lm_head.weight is missing");
 }
 
+// A checkpoint whose only tensor is `name` stored as `dtype`.
+void expect_single_tensor_error(const std::string& name, const std::string& dtype, const std::string& needle) {
+  TempDir tmp;
+  copy_side_files("llama-tiny", tmp.path);
+  const std::vector<uint8_t> zeros(64 * 4);
+  write_safetensors((tmp.path / "model.safetensors").string(), {{name, dtype, {64}, zeros.data()}});
+  expect_error(tmp.str(), needle);
+}
+
+TEST(HfCheckpoint, UnexpectedTensorOrDtype) {
+  expect_single_tensor_error("model.layers.0.block_sparse_moe.gate.weight", "F32", "unexpected tensor name");
+  expect_single_tensor_error("model.norm.weight", "I32", "dtype I32");
+}
+
 TEST(HfCheckpoint, CliReportsError) {
   TempDir tmp;
   int status = -1;
