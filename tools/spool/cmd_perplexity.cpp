@@ -61,7 +61,7 @@ void perplexity(const PplOptions& o) {
 void add_perplexity_command(CLI::App& app) {
   auto o = std::make_shared<PplOptions>();
   CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of a text file (llama.cpp's method)");
-  cmd->add_option("-m,--model", o->model, "Model file");
+  cmd->add_option("-m,--model", o->model, "Model: GGUF file or Hugging Face directory");
   cmd->add_option("-f,--file", o->file, "Text file")->required();
   cmd->add_option("-c,--ctx-size", o->n_ctx, "Chunk size in tokens")->capture_default_str();
   cmd->add_option("-t,--threads", o->n_threads, "Threads");

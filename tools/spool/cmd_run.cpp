@@ -83,7 +83,7 @@ void run(const RunOptions& o) {
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt, streamed to stdout");
-  cmd->add_option("-m,--model", o->model, "Model file (GGUF); default ../shared/models/stories260K.gguf");
+  cmd->add_option("-m,--model", o->model, "Model: GGUF file (first shard if split) or Hugging Face directory; default ../shared/models/stories260K.gguf");
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
   cmd->add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt as comma-separated token ids (no BOS added)");

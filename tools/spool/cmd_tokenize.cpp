@@ -12,7 +12,7 @@ void add_tokenize_command(CLI::App& app) {
   struct Opts { std::string model, prompt; bool no_bos = false, no_special = false; };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of a text, comma-separated");
-  cmd->add_option("-m,--model", o->model, "Model file");
+  cmd->add_option("-m,--model", o->model, "Model: GGUF file or Hugging Face directory");
   cmd->add_option("-p,--prompt", o->prompt, "Text to tokenize")->required();
   cmd->add_flag("--no-bos", o->no_bos, "Do not add BOS/EOS");
   cmd->add_flag("--no-parse-special", o->no_special, "Treat special-token text as plain text");
@@ -26,7 +26,7 @@ void add_logits_command(CLI::App& app) {
   struct Opts { std::string model, ids, out; int n_threads = 0; };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("logits", "Write logits of every position to a safetensors file");
-  cmd->add_option("-m,--model", o->model, "Model file");
+  cmd->add_option("-m,--model", o->model, "Model: GGUF file or Hugging Face directory");
   cmd->add_option("--ids", o->ids, "Input token ids, comma-separated")->required();
   cmd->add_option("--out", o->out, "Output .safetensors path (tensor 'logits', F32 [n_ids, n_vocab])")->required();
   cmd->add_option("-t,--threads", o->n_threads, "Threads");
