@@ -78,6 +78,9 @@ def speed(args):
             rows.append(f"| {args.model_label} {t} | {test} | {ma:.2f} ({len(a)}) | {mb:.2f} ({len(b)}) | "
                         f"{ma / mb:.2f} |")
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    load_start = open(os.path.join(args.run_dir, "load-start.txt")).read().strip() \
+        if os.path.exists(os.path.join(args.run_dir, "load-start.txt")) else "?"
+    load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
     body = f"""## spool vs llama.cpp: prefill and decode speed
 
 Measured {date} on {machine_info()}; spool kernels: {spool_info.get('isa', '?')};
@@ -85,6 +88,8 @@ llama.cpp build {llama_info.get('build', '?')}. Synthetic random-weight models (
 {args.preset}`), {args.threads} threads, {args.rounds} rounds alternating spool and llama-bench (the first tool
 alternates between rounds), {args.reps} repetitions per run after each tool's warm-up. Cells: median tok/s over all
 samples (sample count). Ratio > 1 means spool is faster. llama.cpp keeps its KV cache in F16, spool in F32.
+Load average (1/5/15 min) at the start: {load_start}; at the end: {load_end}. A load above the core count means
+other jobs shared the CPUs and the numbers are noisy.
 
 | model | test | spool tok/s | llama.cpp tok/s | spool / llama.cpp |
 |---|---|---|---|---|

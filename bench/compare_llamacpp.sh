@@ -35,6 +35,7 @@ esac
 mkdir -p "$DIR"
 RUN="$DIR/speed-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$RUN"
+cut -d' ' -f1-3 /proc/loadavg >"$RUN/load-start.txt" 2>/dev/null || true
 
 model_path() { echo "$DIR/$PRESET-$1.gguf"; }
 

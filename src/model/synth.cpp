@@ -312,13 +312,17 @@ SynthResult synth_model(const SynthOptions& o) {
   SynthResult res;
   res.vocab_from = o.vocab_from.empty() ? resolve_shared_model(preset->vocab_file) : o.vocab_from;
   gguf::Writer w;
-  set_model_metadata(shape, preset->name, *recipe, o.seed, recipe->base != DType::F32 && recipe->base != DType::F16 &&
-                                                               recipe->base != DType::BF16, w);
+  set_model_metadata(shape, preset->name, *recipe, o.seed, dtype_traits(recipe->base).quantized, w);
   shape.n_vocab = copy_vocab(gguf::open(res.vocab_from), shape.n_vocab, w);
   w.set(shape.arch + ".vocab_size", gguf::value_u32((uint32_t)shape.n_vocab));
 
   const std::vector<PlannedTensor> plan = plan_tensors(shape, *recipe);
-  for (const PlannedTensor& t : plan) w.add_tensor(t.name, t.type, t.shape);
+  for (const PlannedTensor& t : plan) {
+    // Checked up front: a missing quantizer inside a worker thread would abort.
+    if (!kernels()[t.type].quantize)
+      throw Error(std::string("synth: no quantizer for type ") + dtype_name(t.type) + " in this build");
+    w.add_tensor(t.name, t.type, t.shape);
+  }
   const int n_threads = o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
   ThreadPool pool(n_threads);
   w.begin(o.out);
