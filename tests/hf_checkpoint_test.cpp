@@ -365,7 +365,7 @@ void expect_single_tensor_error(const std::string& name, const std::string& dtyp
 }
 
 TEST(HfCheckpoint, UnexpectedTensorOrDtype) {
-  expect_single_tensor_error("model.layers.0.block_sparse_moe.gate.weight", "F32", "unexpected tensor name");
+  expect_single_tensor_error("model.layers.0.mlp.shared_expert.gate_proj.weight", "F32", "unexpected tensor name");
   expect_single_tensor_error("model.norm.weight", "I32", "dtype I32");
 }
 

@@ -1,8 +1,9 @@
 // Opening a Hugging Face checkpoint directory: config.json through
 // hf_config.cpp, then every safetensors file (validated by safetensors::open)
-// into one Manifest with GGUF tensor names and shapes. Matrices stay in the
-// files; small non-F32 vectors (norm weights, biases) are converted to F32 in
-// memory because the compute code reads them as float.
+// into one Manifest with GGUF tensor names and shapes (each MoE expert's
+// matrices as their own slice entries). Matrices stay in the files; small
+// non-F32 vectors (norm weights, biases) are converted to F32 in memory
+// because the compute code reads them as float.
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -20,6 +21,25 @@ namespace spool::hf {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Mixture-of-experts tensors of one layer (name after "model.layers.N."):
+// Mixtral's block_sparse_moe.{gate, experts.E.w1/w3/w2} and Qwen3-MoE's
+// mlp.{gate, experts.E.gate_proj/up_proj/down_proj}. Each expert's matrix
+// becomes its own slice entry "blk.N.ffn_gate_exps.weight#E".
+std::string moe_tensor_name(const std::string& name, const std::string& blk) {
+  static const std::regex router_re(R"((block_sparse_moe|mlp)\.gate\.weight)");
+  static const std::regex expert_re(R"((block_sparse_moe|mlp)\.experts\.(\d+)\.(\w+)\.weight)");
+  static const std::map<std::string, std::string> proj = {
+      {"w1", "ffn_gate_exps"}, {"w3", "ffn_up_exps"}, {"w2", "ffn_down_exps"},
+      {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"},
+  };
+  std::smatch m;
+  if (std::regex_match(name, m, router_re)) return blk + "ffn_gate_inp.weight";
+  if (!std::regex_match(name, m, expert_re)) return "";
+  auto it = proj.find(m[3].str());
+  if (it == proj.end() || m[2].length() > 6) return "";
+  return expert_slice_name(blk + it->second + ".weight", std::stoi(m[2].str()));
+}
 
 // HF tensor name -> GGUF name; "" for a name that is not part of these models.
 std::string gguf_tensor_name(const std::string& hf) {
@@ -48,8 +68,9 @@ std::string gguf_tensor_name(const std::string& hf) {
   static const std::regex layer_re(R"(model\.layers\.(\d+)\.(.+))");
   std::smatch m;
   if (!std::regex_match(hf, m, layer_re)) return "";
-  auto it = layer.find(m[2].str());
-  return it == layer.end() ? "" : "blk." + m[1].str() + "." + it->second;
+  const std::string blk = "blk." + m[1].str() + ".";
+  if (auto it = layer.find(m[2].str()); it != layer.end()) return blk + it->second;
+  return moe_tensor_name(m[2].str(), blk);
 }
 
 // Old checkpoints carry these buffers; they are recomputed from the config.
@@ -103,6 +124,7 @@ void add_tensor(const std::string& path, int file_index, const std::string& hf_n
   TensorEntry t;
   t.name = gguf_tensor_name(hf_name);
   if (t.name.empty()) throw Error(what + " is not part of a supported model (unexpected tensor name)");
+  if (const size_t hash = t.name.find('#'); hash != std::string::npos) t.expert = std::stoi(t.name.substr(hash + 1));
   t.type = gguf_dtype(e.dtype, what);
   t.shape.assign(e.shape.rbegin(), e.shape.rend());  // safetensors is row-major, GGUF lists the contiguous dim first
   if (t.shape.empty()) throw Error(what + " is a scalar");

@@ -16,6 +16,9 @@ namespace spool::hf {
 // Metadata key (bool) telling read_config that Q/K rotate in NeoX order
 // (rotate_half): HF llama checkpoints are not permuted as llama.cpp's GGUFs are.
 inline constexpr const char* kRopeNeoxKey = "spool.rope.neox";
+// Metadata key (int array): layers of an MoE checkpoint whose feed-forward is a
+// dense MLP (qwen3_moe's mlp_only_layers / decoder_sparse_step).
+inline constexpr const char* kDenseFfnLayersKey = "spool.moe.dense_ffn_layers";
 
 // True for a directory or a path to a config.json file.
 bool is_checkpoint(const std::string& path);

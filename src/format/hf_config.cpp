@@ -1,8 +1,9 @@
-// config.json -> GGUF-style metadata for the dense llama-family model types
-// (llama, qwen2, qwen3), with the rope variants of both spellings: released
+// config.json -> GGUF-style metadata for the llama-family model types (llama,
+// qwen2, qwen3, and the MoE mixtral and qwen3_moe), with the rope variants of both spellings: released
 // checkpoints write "rope_scaling", transformers 5 writes "rope_parameters".
 // llama3 rope becomes a computed rope_freqs.weight tensor, as llama.cpp's
 // converter writes it.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -49,6 +50,8 @@ const char* gguf_arch(const std::string& model_type) {
   if (model_type == "llama") return "llama";
   if (model_type == "qwen2") return "qwen2";
   if (model_type == "qwen3") return "qwen3";
+  if (model_type == "mixtral") return "llama";  // llama.cpp stores Mixtral as llama with experts
+  if (model_type == "qwen3_moe") return "qwen3moe";
   return nullptr;
 }
 
@@ -136,6 +139,39 @@ void rope_to_metadata(const json& c, const std::string& a, int n_dims, int64_t n
   }
 }
 
+// Expert counts and widths for mixtral / qwen3_moe, and which layers of a
+// qwen3_moe keep a dense MLP: those in mlp_only_layers, and all but every
+// decoder_sparse_step-th layer.
+void moe_to_metadata(const json& c, const std::string& model_type, const std::string& a, gguf::File& out) {
+  const bool mixtral = model_type == "mixtral";
+  if (!mixtral && model_type != "qwen3_moe") return;
+  const int64_t n_expert = field(c, "num_experts") ? integer(c, "num_experts") : integer(c, "num_local_experts");
+  const int64_t n_used = integer(c, "num_experts_per_tok");
+  if (n_expert <= 0 || n_used <= 0 || n_used > n_expert)
+    fail("num_experts_per_tok must be in 1..num_experts (" + std::to_string(n_expert) + ")");
+  out.kv[a + "expert_count"] = Value::of_int(n_expert);
+  out.kv[a + "expert_used_count"] = Value::of_int(n_used);
+  // Mixtral's router softmax over the top-k is a softmax over all, renormalized.
+  out.kv[a + "expert_weights_norm"] = Value::of_bool(mixtral || c.value("norm_topk_prob", false));
+  if (mixtral) return;  // experts are intermediate_size wide, every layer sparse
+  out.kv[a + "expert_feed_forward_length"] = Value::of_int(integer(c, "moe_intermediate_size"));
+  const int64_t n_layer = integer(c, "num_hidden_layers"), step = integer(c, "decoder_sparse_step", 1);
+  std::vector<int64_t> only;
+  if (const json* m = field(c, "mlp_only_layers")) {
+    if (!m->is_array()) fail("'mlp_only_layers' should be a list of layer indices");
+    for (const json& l : *m) {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= n_layer)
+        fail("'mlp_only_layers' entry " + l.dump() + " is not a layer index");
+      only.push_back(l.get<int64_t>());
+    }
+  }
+  std::vector<int64_t> dense;
+  for (int64_t l = 0; l < n_layer; ++l)
+    if (std::find(only.begin(), only.end(), l) != only.end() || step <= 0 || (l + 1) % step != 0)
+      dense.push_back(l);
+  out.kv[kDenseFfnLayersKey] = Value::of_ints(dense);
+}
+
 }  // namespace
 
 nlohmann::json read_json(const std::string& path) {
@@ -155,7 +191,7 @@ std::string config_to_metadata(const json& c, const std::string& name, gguf::Fil
   const json* mt = field(c, "model_type");
   if (!mt || !mt->is_string()) fail("missing 'model_type'");
   const char* arch = gguf_arch(mt->get<std::string>());
-  if (!arch) fail("unsupported model_type '" + mt->get<std::string>() + "' (supported: llama, qwen2, qwen3)");
+  if (!arch) fail("unsupported model_type '" + mt->get<std::string>() + "' (supported: llama, qwen2, qwen3, mixtral, qwen3_moe)");
   reject_unsupported(c);
   const std::string a = std::string(arch) + ".";
   const int64_t n_embd = integer(c, "hidden_size"), n_head = integer(c, "num_attention_heads");
@@ -180,6 +216,7 @@ std::string config_to_metadata(const json& c, const std::string& name, gguf::Fil
   if (field(c, "vocab_size")) out.kv[a + "vocab_size"] = Value::of_int(integer(c, "vocab_size"));
   out.kv[kRopeNeoxKey] = Value::of_bool(true);  // every HF model type here rotates halves
   rope_to_metadata(c, a, n_rot, n_ctx, out);
+  moe_to_metadata(c, mt->get<std::string>(), a, out);
   return arch;
 }
 

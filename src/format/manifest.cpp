@@ -33,6 +33,42 @@ void Manifest::add_in_memory(TensorEntry entry, std::vector<uint8_t> data) {
   buffers_.push_back(std::move(buf));
 }
 
+std::string expert_slice_name(const std::string& stacked, int expert) {
+  return stacked + "#" + std::to_string(expert);
+}
+
+static bool is_stacked_experts(const TensorEntry& t) {
+  const std::string suffix = "_exps.weight";
+  return t.name.size() > suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void split_expert_tensors(Manifest& m) {
+  std::vector<TensorEntry> old = std::move(m.tensors);
+  m.tensors.clear();
+  m.index_.clear();
+  for (TensorEntry& t : old) {
+    if (!is_stacked_experts(t)) {
+      m.add(std::move(t));
+      continue;
+    }
+    if (t.shape.size() != 3 || t.shape[2] <= 0 || t.bytes % t.shape[2] != 0)
+      throw Error("stacked expert tensor '" + t.name + "' has shape " + t.shape_string() +
+                  ", expected [n_cols, n_rows, n_expert]");
+    const int n_expert = (int)t.shape[2];
+    const uint64_t per_expert = t.bytes / n_expert;
+    for (int e = 0; e < n_expert; ++e) {
+      TensorEntry s = t;
+      s.name = expert_slice_name(t.name, e);
+      s.shape = {t.shape[0], t.shape[1]};
+      s.offset = t.offset + e * per_expert;
+      s.bytes = per_expert;
+      if (t.memory) s.memory = static_cast<const uint8_t*>(t.memory) + e * per_expert;
+      s.expert = e;
+      m.add(std::move(s));
+    }
+  }
+}
+
 uint64_t Manifest::total_bytes() const {
   uint64_t n = 0;
   for (const auto& t : tensors) n += t.bytes;

@@ -3,6 +3,9 @@
 // and validated against the file sizes; the weight store reads through it.
 // A few small tensors may live in memory instead: ones a loader converts (a
 // BF16 norm weight made F32) or computes (llama3 rope frequency factors).
+// Mixture-of-experts weights are addressed one expert at a time: entry
+// "blk.N.ffn_up_exps.weight#E" is expert E's own matrix, with its own file
+// range, whether the file stacks the experts (GGUF) or stores them apart (HF).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@ struct TensorEntry {
   uint64_t offset = 0;         // absolute byte offset in that file
   uint64_t bytes = 0;
   const void* memory = nullptr;  // in-memory tensors only (file is -1); owned by the Manifest
+  int expert = -1;               // expert slices only: which expert of its layer
   int64_t n_elements() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -48,8 +52,19 @@ struct Manifest {
   uint64_t total_bytes() const;
 
  private:
+  friend void split_expert_tensors(Manifest& m);
   std::unordered_map<std::string, size_t> index_;
   std::vector<std::shared_ptr<const std::vector<uint8_t>>> buffers_;
 };
+
+// Name of expert e's slice of the stacked tensor `stacked`: "<stacked>#<e>".
+std::string expert_slice_name(const std::string& stacked, int expert);
+
+// Replaces every stacked expert tensor ("*_exps.weight", GGUF shape
+// [n_cols, n_rows, n_expert]) by n_expert 2-D slices [n_cols, n_rows] named by
+// expert_slice_name. Expert e's bytes are contiguous in the stacked tensor:
+// offset + e * (bytes / n_expert). Nothing can then reach all experts at once,
+// so a streaming store reads just the experts a batch routes to.
+void split_expert_tensors(Manifest& m);
 
 }  // namespace spool

@@ -1,6 +1,7 @@
-// Llama 2/3, Mistral (GGUF architecture "llama"): pre-norm decoder, GQA
-// attention with rotary embeddings (adjacent-pair order, as llama.cpp's
-// converter permutes Q/K), SwiGLU feed-forward, optional Q/K/V biases.
+// Llama 2/3, Mistral, Mixtral (GGUF architecture "llama"): pre-norm decoder,
+// GQA attention with rotary embeddings (adjacent-pair order, as llama.cpp's
+// converter permutes Q/K), SwiGLU feed-forward (Mixtral: a mixture of SwiGLU
+// experts where the layer has them), optional Q/K/V biases.
 #include <cmath>
 
 #include "model/arch_registry.h"
@@ -35,7 +36,10 @@ class LlamaModel final : public LlamaFamilyModel {
       add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
 
       norm(*L.ffn_norm, x, xn, n);
-      ffn_swiglu(L, xn, s_.out.data(), n);  // [n, n_embd]
+      if (L.has_experts())
+        ffn_moe(L, xn, s_.out.data(), n);  // [n, n_embd] Mixtral: top-k of the layer's experts
+      else
+        ffn_swiglu(L, xn, s_.out.data(), n);  // [n, n_embd]
       add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
     }
     output_logits(batch, x, logits);  // [n_outputs, n_vocab]

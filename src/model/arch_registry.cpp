@@ -9,6 +9,7 @@ const std::pair<const char*, ModelFactory> kArchs[] = {
     {"llama", make_llama_model},
     {"qwen2", make_qwen2_model},
     {"qwen3", make_qwen3_model},
+    {"qwen3moe", make_qwen3moe_model},
 };
 }  // namespace
 

@@ -25,6 +25,22 @@ void check_positive(int v, const std::string& what) {
   if (v <= 0) throw Error("model metadata: " + what + " must be positive, got " + std::to_string(v));
 }
 
+// Expert counts and widths (llama.cpp's keys); the dense layers of a
+// checkpoint that mixes both come from hf::kDenseFfnLayersKey.
+void read_moe_config(const gguf::File& f, const std::string& a, ModelConfig& c) {
+  c.n_expert = (int)f.get_int(a + "expert_count", 0);
+  if (c.n_expert == 0) return;
+  c.n_expert_used = (int)f.get_int(a + "expert_used_count", 0);
+  if (c.n_expert < 0 || c.n_expert_used <= 0 || c.n_expert_used > c.n_expert)
+    throw Error("model metadata: expert_used_count " + std::to_string(c.n_expert_used) + " must be in 1.." +
+                std::to_string(c.n_expert) + " (expert_count)");
+  c.n_ff_exp = (int)f.get_int(a + "expert_feed_forward_length", c.n_ff);
+  check_positive(c.n_ff_exp, "expert_feed_forward_length");
+  c.expert_weights_norm = f.get_bool(a + "expert_weights_norm", true);
+  if (const gguf::Value* v = f.find(hf::kDenseFfnLayersKey))
+    for (int64_t l : v->ints) c.dense_ffn_layers.push_back((int)l);
+}
+
 }  // namespace
 
 ModelConfig read_config(const gguf::File& f, int n_vocab, RopeStyle style) {
@@ -80,7 +96,15 @@ ModelConfig read_config(const gguf::File& f, int n_vocab, RopeStyle style) {
     throw Error("model metadata: unsupported rope scaling type '" + type + "'");
   }
   if (r.n_ctx_orig == 0) r.n_ctx_orig = c.n_ctx_train;
+  read_moe_config(f, a, c);
   return c;
+}
+
+bool ModelConfig::is_moe_layer(int layer) const {
+  if (n_expert == 0) return false;
+  for (int d : dense_ffn_layers)
+    if (d == layer) return false;
+  return true;
 }
 
 }  // namespace spool

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace spool {
 namespace gguf { struct File; }
@@ -37,6 +38,15 @@ struct ModelConfig {
   int n_ff = 0;
   float rms_eps = 1e-5f;
   RopeConfig rope;
+
+  // Mixture of experts (n_expert 0: every layer dense). Layers listed in
+  // dense_ffn_layers keep a dense feed-forward of width n_ff.
+  int n_expert = 0;
+  int n_expert_used = 0;        // top-k experts per token
+  int n_ff_exp = 0;             // width of one expert's feed-forward
+  bool expert_weights_norm = true;  // renormalize the top-k router weights to sum to 1
+  std::vector<int> dense_ffn_layers;
+  bool is_moe_layer(int layer) const;
 
   int q_dim() const { return n_head * head_dim_k; }
   int k_dim() const { return n_head_kv * head_dim_k; }

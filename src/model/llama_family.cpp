@@ -32,9 +32,16 @@ LlamaWeights load_llama_weights(const Manifest& m, const ModelConfig& c) {
     L.k_norm = optional_tensor(m, p + "attn_k_norm.weight", {c.head_dim_k});
     L.wo = &expect_tensor(m, p + "attn_output.weight", {c.n_head * c.head_dim_v, c.n_embd});
     L.ffn_norm = &expect_tensor(m, p + "ffn_norm.weight", {c.n_embd});
-    L.ffn_gate = &expect_tensor(m, p + "ffn_gate.weight", {c.n_embd, c.n_ff});
-    L.ffn_up = &expect_tensor(m, p + "ffn_up.weight", {c.n_embd, c.n_ff});
-    L.ffn_down = &expect_tensor(m, p + "ffn_down.weight", {c.n_ff, c.n_embd});
+    if (c.is_moe_layer(l)) {
+      L.moe = load_moe_weights(m, p, c);
+    } else {
+      if (m.find(p + "ffn_gate_inp.weight"))
+        throw Error("layer " + std::to_string(l) + " has an expert router (" + p +
+                    "ffn_gate_inp.weight) but the model metadata makes it a dense layer");
+      L.ffn_gate = &expect_tensor(m, p + "ffn_gate.weight", {c.n_embd, c.n_ff});
+      L.ffn_up = &expect_tensor(m, p + "ffn_up.weight", {c.n_embd, c.n_ff});
+      L.ffn_down = &expect_tensor(m, p + "ffn_down.weight", {c.n_ff, c.n_embd});
+    }
     for (const TensorEntry* t : {L.attn_norm, L.ffn_norm, L.bq, L.bk, L.bv, L.q_norm, L.k_norm})
       if (t && t->type != DType::F32)
         throw Error("tensor '" + t->name + "' must be F32, is " + dtype_name(t->type));
@@ -67,8 +74,15 @@ LlamaFamilyModel::LlamaFamilyModel(ModelParts parts, RopeStyle style) : Model(st
                 std::to_string(tokenizer().n_vocab()) + " tokens");
   w_ = load_llama_weights(m, config_);
   std::vector<const TensorEntry*> mats = {w_.output};  // every matmul weight, for packing
-  for (const LlamaLayerWeights& L : w_.layers)
-    mats.insert(mats.end(), {L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down});
+  for (const LlamaLayerWeights& L : w_.layers) {
+    mats.insert(mats.end(), {L.wq, L.wk, L.wv, L.wo});
+    if (L.has_experts()) {
+      const std::vector<const TensorEntry*> experts = moe_matmul_weights(L.moe);
+      mats.insert(mats.end(), experts.begin(), experts.end());
+    } else {
+      mats.insert(mats.end(), {L.ffn_gate, L.ffn_up, L.ffn_down});
+    }
+  }
   weights().prepare_matmul_weights(mats, &pool());
   if (w_.rope_freqs) {
     WeightRef rf = weights().acquire(*w_.rope_freqs);
@@ -121,6 +135,10 @@ void LlamaFamilyModel::ffn_swiglu(const LlamaLayerWeights& L, const float* xn, f
   linear(*L.ffn_up, xn, s_.up.data(), n_tokens);      // [n_tokens, n_ff]
   swiglu(s_.gate.data(), s_.up.data(), (int64_t)n_tokens * config_.n_ff);
   linear(*L.ffn_down, s_.gate.data(), out, n_tokens);  // [n_tokens, n_embd]
+}
+
+void LlamaFamilyModel::ffn_moe(const LlamaLayerWeights& L, const float* xn, float* out, int n_tokens) {
+  moe_forward(weights(), pool(), config_, L.moe, xn, out, n_tokens, moe_s_);  // [n_tokens, n_embd]
 }
 
 void LlamaFamilyModel::output_logits(const Batch& batch, const float* x, float* logits) {

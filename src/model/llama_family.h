@@ -1,11 +1,13 @@
 // Weights and blocks shared by the llama-family architectures (llama, qwen2,
-// qwen3): a pre-norm decoder with GQA attention and a SwiGLU feed-forward.
+// qwen3, qwen3moe): a pre-norm decoder with GQA attention and a SwiGLU
+// feed-forward, or a mixture of SwiGLU experts on MoE layers (model/moe.h).
 // Each architecture file composes these in its own forward().
 #pragma once
 
 #include <vector>
 
 #include "model/model.h"
+#include "model/moe.h"
 
 namespace spool {
 
@@ -16,8 +18,10 @@ struct LlamaLayerWeights {
   const TensorEntry *q_norm = nullptr, *k_norm = nullptr;        // optional [head_dim] (qwen3)
   const TensorEntry* wo = nullptr;                               // [n_head*head_dim_v, n_embd]
   const TensorEntry* ffn_norm = nullptr;                         // [n_embd]
-  const TensorEntry *ffn_gate = nullptr, *ffn_up = nullptr;      // [n_embd, n_ff]
-  const TensorEntry* ffn_down = nullptr;                         // [n_ff, n_embd]
+  const TensorEntry *ffn_gate = nullptr, *ffn_up = nullptr;      // [n_embd, n_ff]   dense layers
+  const TensorEntry* ffn_down = nullptr;                         // [n_ff, n_embd]   dense layers
+  MoeLayerWeights moe;                                           // MoE layers (router set)
+  bool has_experts() const { return moe.router != nullptr; }
 };
 
 struct LlamaWeights {
@@ -51,11 +55,13 @@ class LlamaFamilyModel : public Model {
   void head_norm(const TensorEntry* w, float* x, int n_tokens, int n_heads);  // per-head RMSNorm
   void rope_inplace(float* x, int n_tokens, int n_heads, const Batch& batch);
   void ffn_swiglu(const LlamaLayerWeights& L, const float* xn, float* out, int n_tokens);
+  void ffn_moe(const LlamaLayerWeights& L, const float* xn, float* out, int n_tokens);  // routed experts
   // Final norm + output projection for the rows that want logits.
   void output_logits(const Batch& batch, const float* x, float* logits);
 
   LlamaWeights w_;
   LlamaScratch s_;
+  MoeScratch moe_s_;
   std::vector<float> rope_freqs_;
 };
 

@@ -49,8 +49,12 @@ const TensorEntry& expect_tensor(const Manifest& m, const std::string& name, std
 }
 
 gguf::File open_model_file(const std::string& path) {
-  if (!hf::is_checkpoint(path)) return gguf::open(path);
-  gguf::File f = hf::open_checkpoint(path);
+  if (!hf::is_checkpoint(path)) {
+    gguf::File f = gguf::open(path);
+    split_expert_tensors(f.manifest);  // experts are reached one at a time
+    return f;
+  }
+  gguf::File f = hf::open_checkpoint(path);  // its experts are separate tensors already
   // The tokenizer is padded to the embedding's rows, as llama.cpp's converter does.
   const TensorEntry* embd = f.manifest.find("token_embd.weight");
   const int64_t n_vocab =

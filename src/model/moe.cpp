@@ -1,0 +1,136 @@
+// Mixture-of-experts block: routing, grouping a batch's tokens by expert, and
+// one SwiGLU per routed expert over all of its tokens.
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/matmul.h"
+#include "model/model.h"
+#include "model/ops.h"
+
+namespace spool {
+
+MoeLayerWeights load_moe_weights(const Manifest& m, const std::string& prefix, const ModelConfig& c) {
+  MoeLayerWeights w;
+  w.router = &expect_tensor(m, prefix + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
+  for (int e = 0; e < c.n_expert; ++e) {
+    ExpertWeights x;
+    x.gate = &expect_tensor(m, expert_slice_name(prefix + "ffn_gate_exps.weight", e), {c.n_embd, c.n_ff_exp});
+    x.up = &expect_tensor(m, expert_slice_name(prefix + "ffn_up_exps.weight", e), {c.n_embd, c.n_ff_exp});
+    x.down = &expect_tensor(m, expert_slice_name(prefix + "ffn_down_exps.weight", e), {c.n_ff_exp, c.n_embd});
+    w.experts.push_back(x);
+  }
+  // A file with more experts than its metadata says is not the model we think it is.
+  if (m.find(expert_slice_name(prefix + "ffn_gate_exps.weight", c.n_expert)))
+    throw Error("layer '" + prefix + "' has more than expert_count (" + std::to_string(c.n_expert) + ") experts");
+  return w;
+}
+
+std::vector<const TensorEntry*> moe_matmul_weights(const MoeLayerWeights& w) {
+  std::vector<const TensorEntry*> out = {w.router};
+  for (const ExpertWeights& x : w.experts) out.insert(out.end(), {x.gate, x.up, x.down});
+  return out;
+}
+
+void route_softmax_topk(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, int32_t* ids,
+                        float* weights) {
+  std::vector<float> p(n_expert);
+  std::vector<int32_t> order(n_expert);
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* l = logits + (size_t)t * n_expert;
+    const float mx = *std::max_element(l, l + n_expert);
+    float sum = 0;
+    for (int e = 0; e < n_expert; ++e) sum += p[e] = std::exp(l[e] - mx);
+    for (int e = 0; e < n_expert; ++e) p[e] /= sum;
+    for (int e = 0; e < n_expert; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top_sum = 0;
+    for (int j = 0; j < k; ++j) top_sum += p[order[j]];
+    for (int j = 0; j < k; ++j) {
+      ids[(size_t)t * k + j] = order[j];
+      weights[(size_t)t * k + j] = renormalize ? p[order[j]] / top_sum : p[order[j]];
+    }
+  }
+}
+
+namespace {
+
+// Counting sort of the routed (token, slot) rows by expert: expert e's rows
+// are group_row[group_start[e] .. group_start[e + 1]), in token order.
+void group_by_expert(const int32_t* ids, int n_rows, int n_expert, MoeScratch& s) {
+  s.group_start.assign(n_expert + 1, 0);
+  for (int r = 0; r < n_rows; ++r) ++s.group_start[ids[r] + 1];
+  for (int e = 0; e < n_expert; ++e) s.group_start[e + 1] += s.group_start[e];
+  s.group_row.resize(n_rows);
+  std::vector<int32_t> fill(s.group_start.begin(), s.group_start.end() - 1);
+  for (int r = 0; r < n_rows; ++r) s.group_row[fill[ids[r]]++] = r;
+}
+
+// Expert x over its m routed rows (group_row[first .. first + m)); adds each
+// result, times its router weight, to the token's row of out.
+void run_expert(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const ExpertWeights& x, int first, int m,
+                const float* xn, float* out, MoeScratch& s) {
+  const int d = c.n_embd, k = c.n_expert_used;
+  for (int i = 0; i < m; ++i) {  // xe: [m, n_embd] the routed tokens' inputs
+    const int token = s.group_row[first + i] / k;
+    std::memcpy(s.xe.data() + (size_t)i * d, xn + (size_t)token * d, d * sizeof(float));
+  }
+  {
+    WeightRef gate = store.acquire(*x.gate), up = store.acquire(*x.up);
+    matmul(pool, gate.mat(), s.xe.data(), m, s.gate.data(), s.mm);  // [m, n_ff_exp]
+    matmul(pool, up.mat(), s.xe.data(), m, s.up.data(), s.mm);      // [m, n_ff_exp]
+  }
+  swiglu(s.gate.data(), s.up.data(), (int64_t)m * c.n_ff_exp);
+  {
+    WeightRef down = store.acquire(*x.down);
+    matmul(pool, down.mat(), s.gate.data(), m, s.ye.data(), s.mm);  // [m, n_embd]
+  }
+  for (int i = 0; i < m; ++i) {
+    const int row = s.group_row[first + i];
+    const float wt = s.weights[row];
+    float* o = out + (size_t)(row / k) * d;
+    const float* y = s.ye.data() + (size_t)i * d;
+    for (int j = 0; j < d; ++j) o[j] += wt * y[j];
+  }
+}
+
+}  // namespace
+
+void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const MoeLayerWeights& w,
+                 const float* xn, float* out, int n_tokens, MoeScratch& s) {
+  const int n_expert = c.n_expert, k = c.n_expert_used;
+  auto grow = [](auto& v, size_t size) { if (v.size() < size) v.resize(size); };
+  grow(s.logits, (size_t)n_tokens * n_expert);
+  grow(s.ids, (size_t)n_tokens * k);
+  grow(s.weights, (size_t)n_tokens * k);
+  grow(s.xe, (size_t)n_tokens * c.n_embd);
+  grow(s.ye, (size_t)n_tokens * c.n_embd);
+  grow(s.gate, (size_t)n_tokens * c.n_ff_exp);
+  grow(s.up, (size_t)n_tokens * c.n_ff_exp);
+
+  {
+    WeightRef router = store.acquire(*w.router);
+    matmul(pool, router.mat(), xn, n_tokens, s.logits.data(), s.mm);  // [n_tokens, n_expert]
+  }
+  route_softmax_topk(s.logits.data(), n_tokens, n_expert, k, c.expert_weights_norm, s.ids.data(), s.weights.data());
+  group_by_expert(s.ids.data(), n_tokens * k, n_expert, s);
+
+  // The union of the batch's experts is known now: tell the store before computing.
+  std::vector<const TensorEntry*> needed;
+  for (int e = 0; e < n_expert; ++e)
+    if (s.group_start[e + 1] > s.group_start[e])
+      needed.insert(needed.end(), {w.experts[e].gate, w.experts[e].up, w.experts[e].down});
+  store.prefetch(needed);
+
+  std::memset(out, 0, (size_t)n_tokens * c.n_embd * sizeof(float));
+  for (int e = 0; e < n_expert; ++e) {
+    const int first = s.group_start[e], m = s.group_start[e + 1] - first;
+    if (m > 0) run_expert(store, pool, c, w.experts[e], first, m, xn, out, s);
+  }
+}
+
+}  // namespace spool

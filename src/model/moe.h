@@ -1,0 +1,61 @@
+// The mixture-of-experts feed-forward block (Mixtral, Qwen3-MoE): a router
+// picks the top-k experts of each token (softmax scores, optionally
+// renormalized), then each routed expert runs its SwiGLU once over all of the
+// batch's tokens routed to it, and the outputs are summed with the router
+// weights. Experts are acquired one at a time from the weight store, so only
+// the experts a batch routes to are ever touched, each once per forward pass.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "weights/weight_store.h"
+
+namespace spool {
+
+class ThreadPool;
+
+// One expert's SwiGLU matrices: its slices of the stacked expert tensors.
+struct ExpertWeights {
+  const TensorEntry* gate = nullptr;  // [n_embd, n_ff_exp]
+  const TensorEntry* up = nullptr;    // [n_embd, n_ff_exp]
+  const TensorEntry* down = nullptr;  // [n_ff_exp, n_embd]
+};
+
+struct MoeLayerWeights {
+  const TensorEntry* router = nullptr;  // ffn_gate_inp [n_embd, n_expert]
+  std::vector<ExpertWeights> experts;   // [n_expert]
+};
+
+// Finds and shape-checks layer `prefix` ("blk.N.")'s router and expert slices.
+MoeLayerWeights load_moe_weights(const Manifest& m, const std::string& prefix, const ModelConfig& cfg);
+
+// Every matrix of the layer, for WeightStore::prepare_matmul_weights.
+std::vector<const TensorEntry*> moe_matmul_weights(const MoeLayerWeights& w);
+
+// Router: for each token, the top-k experts by softmax score (ties to the lower
+// index), in descending score order, and their weights (softmax scores,
+// renormalized to sum to 1 when `renormalize`).
+// logits: [n_tokens, n_expert]; ids, weights: [n_tokens, k].
+void route_softmax_topk(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, int32_t* ids,
+                        float* weights);
+
+// Activation buffers, grown as needed.
+struct MoeScratch {
+  std::vector<float> logits;             // [n_tokens, n_expert]
+  std::vector<int32_t> ids;              // [n_tokens, n_expert_used]
+  std::vector<float> weights;            // [n_tokens, n_expert_used]
+  std::vector<int32_t> group_start;      // [n_expert + 1] offsets into group_row
+  std::vector<int32_t> group_row;        // [n_tokens * n_expert_used] routed (token, slot) rows by expert
+  std::vector<float> xe, gate, up, ye;   // [m, n_embd], [m, n_ff_exp] x2, [m, n_embd] for one expert's m tokens
+  std::vector<uint8_t> mm;               // matmul activation conversion
+};
+
+// out = sum over each token's routed experts e of weight_e * down_e(silu(gate_e x) * up_e x).
+// xn, out: [n_tokens, n_embd].
+void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& cfg, const MoeLayerWeights& w,
+                 const float* xn, float* out, int n_tokens, MoeScratch& s);
+
+}  // namespace spool
