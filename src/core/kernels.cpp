@@ -140,6 +140,9 @@ KernelTable* build_table(Isa isa) {
     if (!k.vec_dot) k.vec_dot = r.vec_dot;
     if (!k.gemm_tile && k.vec_dot) k.gemm_tile = generic_gemm_for(isa, i);
   }
+  if (!t->rows.dot_rows) t->rows.dot_rows = ref.rows.dot_rows;
+  if (!t->rows.axpy_rows) t->rows.axpy_rows = ref.rows.axpy_rows;
+  if (!t->rows.exp_sum) t->rows.exp_sum = ref.rows.exp_sum;
   return t;
 }
 

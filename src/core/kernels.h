@@ -60,9 +60,20 @@ struct TypeKernels {
   PackedKernels packed;  // optional; never filled from the reference
 };
 
+// Float kernels over rows stride floats apart (attention over cached K/V).
+struct RowKernels {
+  // out[p] = dot(q, k + p * stride) over d elements, for p < n.
+  void (*dot_rows)(int64_t d, const float* q, const float* k, size_t stride, int64_t n, float* out) = nullptr;
+  // out[i] += sum over p < n of w[p] * v[p * stride + i], for i < d.
+  void (*axpy_rows)(int64_t d, const float* w, const float* v, size_t stride, int64_t n, float* out) = nullptr;
+  // x[i] = exp(x[i] - max); returns the sum of the new x[i].
+  float (*exp_sum)(float* x, int64_t n, float max) = nullptr;
+};
+
 struct KernelTable {
   Isa isa = Isa::Scalar;
   TypeKernels types[32];  // indexed by (uint32_t)DType; BF16 = 30 fits
+  RowKernels rows;        // filled from the reference where an ISA has none
   const TypeKernels& operator[](DType t) const { return types[(uint32_t)t]; }
 };
 

@@ -337,7 +337,32 @@ void set(KernelTable& t, DType type, QuantizeRowFn q, DequantizeRowFn dq, VecDot
 
 }  // namespace
 
+namespace {
+
+// Attention row kernels (RowKernels).
+void dot_rows(int64_t d, const float* q, const float* k, size_t stride, int64_t n, float* out) {
+  for (int64_t p = 0; p < n; ++p) {
+    float s = 0;
+    for (int64_t i = 0; i < d; ++i) s += q[i] * k[p * stride + i];
+    out[p] = s;
+  }
+}
+
+void axpy_rows(int64_t d, const float* w, const float* v, size_t stride, int64_t n, float* out) {
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t i = 0; i < d; ++i) out[i] += w[p] * v[p * stride + i];
+}
+
+float exp_sum(float* x, int64_t n, float max) {
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - max));
+  return sum;
+}
+
+}  // namespace
+
 void fill_ref_float_kernels(KernelTable& t) {
+  t.rows = {dot_rows, axpy_rows, exp_sum};
   set(t, DType::F32, quantize_f32, dequantize_f32, vec_dot_f32);
   set(t, DType::F16, quantize_f16, dequantize_f16, vec_dot_f16);
   set(t, DType::BF16, quantize_bf16, dequantize_bf16, vec_dot_bf16);

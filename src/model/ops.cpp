@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/kernels.h"
 #include "core/thread_pool.h"
 
 namespace spool {
@@ -112,30 +113,32 @@ void attention(ThreadPool& pool, const ModelConfig& cfg, KvCache& kv, int layer,
   for (int t = 0; t < n_tokens; ++t) max_pos = std::max(max_pos, batch.pos[t]);
   std::vector<std::vector<float>> scores(pool.size(), std::vector<float>(max_pos + 1));
 
+  // Per (token, head): scores over the cached positions (contiguous runs
+  // inside cache blocks), softmax, then the weighted sum of values, all
+  // through the kernel table's row kernels.
+  const RowKernels& rk = kernels().rows;
+  std::vector<std::vector<float>> qs(pool.size(), std::vector<float>(hd_k));
   pool.run((int64_t)n_tokens * cfg.n_head, [&](int64_t task, int thread) {
     const int t = (int)(task / cfg.n_head), h = (int)(task % cfg.n_head), hk = h / group;
     const KvSeqView& view = views.at(batch.seq[t]);
     const float* qh = q + ((size_t)t * cfg.n_head + h) * hd_k;
+    float* qsc = qs[thread].data();  // the query with kq_scale applied
+    for (int i = 0; i < hd_k; ++i) qsc[i] = qh[i] * kq_scale;
     const int n_pos = batch.pos[t] + 1;
     float* s = scores[thread].data();
-    float mx = -INFINITY;
-    for (int p = 0; p < n_pos; ++p) {
-      const float* kh = view.k(p) + (size_t)hk * hd_k;
-      float d = 0;
-      for (int i = 0; i < hd_k; ++i) d += qh[i] * kh[i];
-      s[p] = d * kq_scale;
-      mx = std::max(mx, s[p]);
+    for (int p0 = 0, run; p0 < n_pos; p0 += run) {
+      run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
+      rk.dot_rows(hd_k, qsc, view.k(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0);
     }
-    float sum = 0;
-    for (int p = 0; p < n_pos; ++p) { s[p] = std::exp(s[p] - mx); sum += s[p]; }
-    const float inv = 1.0f / sum;
+    const float mx = *std::max_element(s, s + n_pos);
+    const float inv = 1.0f / rk.exp_sum(s, n_pos, mx);
     float* o = out + ((size_t)t * cfg.n_head + h) * hd_v;
     std::fill(o, o + hd_v, 0.0f);
-    for (int p = 0; p < n_pos; ++p) {
-      const float* vh = view.v(p) + (size_t)hk * hd_v;
-      const float w = s[p] * inv;
-      for (int i = 0; i < hd_v; ++i) o[i] += w * vh[i];
+    for (int p0 = 0, run; p0 < n_pos; p0 += run) {
+      run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
+      rk.axpy_rows(hd_v, s + p0, view.v(p0) + (size_t)hk * hd_v, view.v_row, run, o);
     }
+    for (int i = 0; i < hd_v; ++i) o[i] *= inv;
   });
 }
 

@@ -1,0 +1,90 @@
+// AVX-512 row kernels for attention (RowKernels in kernels.h): dots of a
+// query with strided cached keys, weighted sums of strided cached values,
+// and exp with a running sum for the softmax (range reduction to
+// [-ln2/2, ln2/2], a degree-6 polynomial, then vscalefps for the 2^n).
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "core/kernels_impl.h"
+
+namespace spool::detail {
+namespace {
+
+inline __mmask16 tail_mask(int64_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
+
+void dot_rows(int64_t d, const float* q, const float* k, size_t stride, int64_t n, float* out) {
+  if (d == 64) {  // the common head size: the query stays in registers
+    const __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16);
+    const __m512 q2 = _mm512_loadu_ps(q + 32), q3 = _mm512_loadu_ps(q + 48);
+    for (int64_t p = 0; p < n; ++p) {
+      const float* kp = k + p * stride;
+      __m512 a = _mm512_mul_ps(q0, _mm512_loadu_ps(kp));
+      __m512 b = _mm512_mul_ps(q1, _mm512_loadu_ps(kp + 16));
+      a = _mm512_fmadd_ps(q2, _mm512_loadu_ps(kp + 32), a);
+      b = _mm512_fmadd_ps(q3, _mm512_loadu_ps(kp + 48), b);
+      out[p] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+    }
+    return;
+  }
+  for (int64_t p = 0; p < n; ++p) {
+    const float* kp = k + p * stride;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; i += 16) {
+      const __mmask16 m = tail_mask(d - i);
+      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), _mm512_maskz_loadu_ps(m, kp + i), acc);
+    }
+    out[p] = _mm512_reduce_add_ps(acc);
+  }
+}
+
+void axpy_rows(int64_t d, const float* w, const float* v, size_t stride, int64_t n, float* out) {
+  for (int64_t i0 = 0; i0 < d; i0 += 64) {  // 4 accumulators of 16 per pass
+    __mmask16 m[4];
+    __m512 acc[4];
+    for (int c = 0; c < 4; ++c) {
+      m[c] = i0 + 16 * c < d ? tail_mask(d - i0 - 16 * c) : (__mmask16)0;
+      acc[c] = _mm512_maskz_loadu_ps(m[c], out + i0 + 16 * c);
+    }
+    for (int64_t p = 0; p < n; ++p) {
+      const __m512 wp = _mm512_set1_ps(w[p]);
+      const float* vp = v + p * stride + i0;
+      for (int c = 0; c < 4; ++c) acc[c] = _mm512_fmadd_ps(wp, _mm512_maskz_loadu_ps(m[c], vp + 16 * c), acc[c]);
+    }
+    for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(out + i0 + 16 * c, m[c], acc[c]);
+  }
+}
+
+// exp(x) for x <= 0 (large negative flushes to 0).
+inline __m512 exp_nonpositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);  // ln2 split in two parts
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+float exp_sum(float* x, int64_t n, float max) {
+  __m512 sum = _mm512_setzero_ps();
+  const __m512 mx = _mm512_set1_ps(max);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mx));
+    _mm512_mask_storeu_ps(x + i, m, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+}  // namespace
+
+void fill_rows_avx512_kernels(KernelTable& t) { t.rows = {dot_rows, axpy_rows, exp_sum}; }
+
+}  // namespace spool::detail
