@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "format/gguf_writer.h"
 #include "format/hf_checkpoint.h"
 #include "format/safetensors.h"
 #include "model/arch_registry.h"
@@ -89,8 +90,9 @@ float check_against_reference(const std::string& path, const std::string& fixtur
   auto model = load_model(path, LoadOptions{2});
   const float err = rel_error(all_logits(*model, to_i32(ref.read_i64("input_ids"))), ref.read_f32("logits"));
   std::printf("[ %s ] relative error %.3g\n", path.c_str(), err);
-  if (check_greedy)
+  if (check_greedy) {
     EXPECT_EQ(greedy(*model, to_i32(ref.read_i64("prompt_ids")), 16), to_i32(ref.read_i64("greedy_ids"))) << path;
+  }
   return err;
 }
 
@@ -151,6 +153,57 @@ TEST(MoeGguf, MixtralQ8_0NearReference) {
   std::printf("[ mixtral-tiny.q8_0 ] relative error %.3g, median per position %.3g\n", err, median);
   EXPECT_LE(median, 5e-2f);
   EXPECT_LE(err, 2.5e-1f);
+}
+
+// ---- qwen3moe from GGUF -----------------------------------------------------------
+
+// llama.cpp cannot convert qwen3moe-tiny (its dense layer 0), so write the GGUF
+// here: every tensor as the checkpoint has it, each expert tensor stacked
+// [n_cols, n_rows, n_expert] as llama.cpp stores them, and the dense layers
+// in spool's metadata key.
+void write_stacked_gguf(const std::string& hf_dir, const std::string& out) {
+  const gguf::File f = open_model_file(hf_dir);
+  auto store = make_resident_store(f.manifest);
+  gguf::Writer w;
+  for (const auto& [key, value] : f.kv) w.set(key, value);
+  std::vector<std::vector<const TensorEntry*>> groups;  // one tensor, or the experts of a stacked one
+  std::map<std::string, size_t> stacked;
+  for (const TensorEntry& t : f.manifest.tensors) {
+    const std::string base = t.name.substr(0, t.name.find('#'));
+    if (t.expert < 0) {
+      groups.push_back({&t});
+      continue;
+    }
+    if (!stacked.count(base)) stacked[base] = groups.size(), groups.emplace_back();
+    std::vector<const TensorEntry*>& g = groups[stacked[base]];
+    if ((int)g.size() <= t.expert) g.resize(t.expert + 1);
+    g[t.expert] = &t;
+  }
+  for (const auto& g : groups) {
+    std::vector<int64_t> shape = g[0]->shape;
+    if (g[0]->expert >= 0) shape.push_back((int64_t)g.size());
+    w.add_tensor(g[0]->expert >= 0 ? g[0]->name.substr(0, g[0]->name.find('#')) : g[0]->name, g[0]->type, shape);
+  }
+  w.begin(out);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    std::vector<uint8_t> bytes;
+    for (const TensorEntry* t : groups[i]) {
+      const WeightRef r = store->acquire(*t);
+      const uint8_t* p = static_cast<const uint8_t*>(r.data());
+      bytes.insert(bytes.end(), p, p + t->bytes);
+    }
+    w.write_tensor(i, bytes.data());
+  }
+  w.finish();
+}
+
+TEST(MoeGguf, Qwen3MoeStackedGgufMatchesTransformers) {
+  const std::string out = (fs::temp_directory_path() / ("spool_q3moe_" + std::to_string(getpid()) + ".gguf")).string();
+  write_stacked_gguf(kFixtures + "qwen3moe-tiny", out);
+  EXPECT_EQ(gguf::open(out).manifest.require("blk.1.ffn_gate_exps.weight").shape, (std::vector<int64_t>{64, 48, 8}));
+  const float err = check_against_reference(out, "qwen3moe-tiny", true);
+  EXPECT_LE(err, 1e-3f);
+  fs::remove(out);
 }
 
 // ---- expert addressing ---------------------------------------------------------
@@ -308,7 +361,9 @@ TEST(MoeBatching, BatchReadsEachRoutedExpertOnce) {
         touched.insert(e);
       }
       EXPECT_EQ(touched, union_of_steps[l]) << fixture << " layer " << l;
-      if (c.is_moe_layer(l)) EXPECT_GT(touched.size(), (size_t)c.n_expert_used) << fixture << " layer " << l;
+      if (c.is_moe_layer(l)) {
+        EXPECT_GT(touched.size(), (size_t)c.n_expert_used) << fixture << " layer " << l;
+      }
     }
   }
 }
