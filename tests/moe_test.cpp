@@ -160,8 +160,9 @@ TEST(MoeGguf, MixtralQ8_0NearReference) {
 // llama.cpp cannot convert qwen3moe-tiny (its dense layer 0), so write the GGUF
 // here: every tensor as the checkpoint has it, each expert tensor stacked
 // [n_cols, n_rows, n_expert] as llama.cpp stores them, and the dense layers
-// in spool's metadata key.
-void write_stacked_gguf(const std::string& hf_dir, const std::string& out) {
+// in spool's metadata key. With `apart`, experts are written one tensor each
+// under the names of early Mixtral GGUFs ("blk.N.ffn_gate.E.weight").
+void write_stacked_gguf(const std::string& hf_dir, const std::string& out, bool apart = false) {
   const gguf::File f = open_model_file(hf_dir);
   auto store = make_resident_store(f.manifest);
   gguf::Writer w;
@@ -170,7 +171,7 @@ void write_stacked_gguf(const std::string& hf_dir, const std::string& out) {
   std::map<std::string, size_t> stacked;
   for (const TensorEntry& t : f.manifest.tensors) {
     const std::string base = t.name.substr(0, t.name.find('#'));
-    if (t.expert < 0) {
+    if (t.expert < 0 || apart) {
       groups.push_back({&t});
       continue;
     }
@@ -180,9 +181,18 @@ void write_stacked_gguf(const std::string& hf_dir, const std::string& out) {
     g[t.expert] = &t;
   }
   for (const auto& g : groups) {
-    std::vector<int64_t> shape = g[0]->shape;
-    if (g[0]->expert >= 0) shape.push_back((int64_t)g.size());
-    w.add_tensor(g[0]->expert >= 0 ? g[0]->name.substr(0, g[0]->name.find('#')) : g[0]->name, g[0]->type, shape);
+    const TensorEntry& t = *g[0];
+    const std::string base = t.name.substr(0, t.name.find('#'));
+    if (t.expert < 0) {
+      w.add_tensor(t.name, t.type, t.shape);
+    } else if (apart) {  // blk.N.ffn_gate_exps.weight#E -> blk.N.ffn_gate.E.weight
+      const std::string stem = base.substr(0, base.size() - std::string("_exps.weight").size());
+      w.add_tensor(stem + "." + std::to_string(t.expert) + ".weight", t.type, t.shape);
+    } else {
+      std::vector<int64_t> shape = t.shape;
+      shape.push_back((int64_t)g.size());
+      w.add_tensor(base, t.type, shape);
+    }
   }
   w.begin(out);
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -203,6 +213,15 @@ TEST(MoeGguf, Qwen3MoeStackedGgufMatchesTransformers) {
   EXPECT_EQ(gguf::open(out).manifest.require("blk.1.ffn_gate_exps.weight").shape, (std::vector<int64_t>{64, 48, 8}));
   const float err = check_against_reference(out, "qwen3moe-tiny", true);
   EXPECT_LE(err, 1e-3f);
+  fs::remove(out);
+}
+
+TEST(MoeGguf, EarlyMixtralGgufWithExpertsApart) {
+  const std::string out = (fs::temp_directory_path() / ("spool_mx_" + std::to_string(getpid()) + ".gguf")).string();
+  write_stacked_gguf(kFixtures + "mixtral-tiny", out, /*apart=*/true);
+  EXPECT_NE(gguf::open(out).manifest.find("blk.1.ffn_down.3.weight"), nullptr);
+  EXPECT_EQ(open_model_file(out).manifest.require("blk.1.ffn_down_exps.weight#3").expert, 3);
+  EXPECT_LE(check_against_reference(out, "mixtral-tiny", true), 1e-3f);
   fs::remove(out);
 }
 

@@ -1,6 +1,8 @@
 // Manifest lookups and helpers.
 #include "format/manifest.h"
 
+#include <regex>
+
 #include "core/error.h"
 
 namespace spool {
@@ -42,11 +44,23 @@ static bool is_stacked_experts(const TensorEntry& t) {
   return t.name.size() > suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Early Mixtral GGUFs store each expert apart: "blk.N.ffn_gate.E.weight".
+// Returns its slice name ("blk.N.ffn_gate_exps.weight#E") and sets `expert`,
+// or "" for any other name.
+static std::string legacy_expert_name(const std::string& name, int* expert) {
+  static const std::regex re(R"((blk\.\d+\.ffn_(gate|up|down))\.(\d{1,6})\.weight)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return "";
+  *expert = std::stoi(m[3].str());
+  return expert_slice_name(m[1].str() + "_exps.weight", *expert);
+}
+
 void split_expert_tensors(Manifest& m) {
   std::vector<TensorEntry> old = std::move(m.tensors);
   m.tensors.clear();
   m.index_.clear();
   for (TensorEntry& t : old) {
+    if (std::string slice = legacy_expert_name(t.name, &t.expert); !slice.empty()) t.name = slice;
     if (!is_stacked_experts(t)) {
       m.add(std::move(t));
       continue;

@@ -64,7 +64,8 @@ std::string expert_slice_name(const std::string& stacked, int expert);
 // [n_cols, n_rows, n_expert]) by n_expert 2-D slices [n_cols, n_rows] named by
 // expert_slice_name. Expert e's bytes are contiguous in the stacked tensor:
 // offset + e * (bytes / n_expert). Nothing can then reach all experts at once,
-// so a streaming store reads just the experts a batch routes to.
+// so a streaming store reads just the experts a batch routes to. Experts that
+// early Mixtral GGUFs store apart ("blk.N.ffn_gate.E.weight") get slice names.
 void split_expert_tensors(Manifest& m);
 
 }  // namespace spool
