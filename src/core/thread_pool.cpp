@@ -1,6 +1,10 @@
-// Worker threads wait for a new generation number, grab tasks from a shared
-// counter until none remain, then report completion through n_active_.
+// Jobs are published through next_ (job number in the high half); workers
+// claim tasks with compare-and-swap on it and count finished tasks in
+// n_done_, which the caller waits on. Sleeping workers are woken through the
+// condition variable only when some are actually asleep.
 #include "core/thread_pool.h"
+
+#include <sched.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -12,6 +16,14 @@
 #endif
 
 namespace spool {
+namespace {
+
+constexpr int kSpinsBeforeSleep = 100000;  // about a millisecond of pause
+constexpr int kSpinsBeforeYield = 2000;    // the caller waiting for a running task
+
+uint64_t job_of(uint64_t v) { return v >> 32; }
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
@@ -20,18 +32,24 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    generation_.fetch_add(1);
+    stop_.store(true);
+    next_.fetch_add(1ull << 32);  // a new "job" wakes the spinners
   }
   cv_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::work(int thread) {
+// Claims and runs tasks of `job` until none remain (or the job is over).
+void ThreadPool::work(uint64_t job, int thread) {
+  uint64_t v = next_.load(std::memory_order_acquire);
   for (;;) {
-    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n_tasks_) break;
+    if (job_of(v) != job) return;
+    const int64_t task = (int64_t)(v & 0xffffffffu);
+    if (task >= n_tasks_) return;
+    if (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
     (*fn_)(task, thread);
+    n_done_.fetch_add(1, std::memory_order_release);
+    v = next_.load(std::memory_order_acquire);
   }
 }
 
@@ -43,36 +61,38 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t, int)>& f
   }
   fn_ = &fn;
   n_tasks_ = n_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  n_active_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
+  n_done_.store(0, std::memory_order_relaxed);
+  ++job_;
+  next_.store(job_ << 32, std::memory_order_seq_cst);  // publishes fn_ and n_tasks_; seq_cst pairs with n_sleeping_
+  if (n_sleeping_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    cv_.notify_all();
   }
-  cv_.notify_all();
-  work(0);
-  while (n_active_.load(std::memory_order_acquire) != 0) SPOOL_PAUSE();
-  fn_ = nullptr;
+  work(job_, 0);
+  for (int spin = 0; n_done_.load(std::memory_order_acquire) != n_tasks; ++spin) {
+    if (spin < kSpinsBeforeYield) SPOOL_PAUSE();
+    else sched_yield();  // a worker is mid-task; let it run if it shares our core
+  }
 }
 
 void ThreadPool::worker_loop(int thread) {
   uint64_t seen = 0;
   for (;;) {
-    // Spin a while for the next job before sleeping.
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < 200000; ++spin) {
+    uint64_t job = job_of(next_.load(std::memory_order_acquire));
+    for (int spin = 0; job == seen && spin < kSpinsBeforeSleep; ++spin) {
       SPOOL_PAUSE();
-      gen = generation_.load(std::memory_order_acquire);
+      job = job_of(next_.load(std::memory_order_acquire));
     }
-    if (gen == seen) {
+    if (job == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load() != seen; });
-      gen = generation_.load();
+      n_sleeping_.fetch_add(1, std::memory_order_seq_cst);
+      cv_.wait(lock, [&] { return job_of(next_.load(std::memory_order_seq_cst)) != seen; });
+      n_sleeping_.fetch_sub(1, std::memory_order_relaxed);
+      job = job_of(next_.load(std::memory_order_acquire));
     }
-    seen = gen;
-    if (stop_) return;
-    work(thread);
-    n_active_.fetch_sub(1, std::memory_order_acq_rel);
+    seen = job;
+    if (stop_.load()) return;
+    work(job, thread);
   }
 }
 

@@ -1,7 +1,9 @@
 // A fixed pool of worker threads for data-parallel kernels. run(n_tasks, fn)
-// hands out task indices through an atomic counter (so uneven tasks balance)
-// and returns when all are done; the calling thread works too. Workers spin
-// briefly before sleeping, because decode issues many short jobs per token.
+// hands out task indices (so uneven tasks balance) and returns when every
+// task is done; the calling thread works too, and never waits for a worker
+// that has not started: a descheduled worker's share is simply taken by the
+// others. Workers spin briefly before sleeping, because decode issues many
+// short jobs per token.
 #pragma once
 
 #include <atomic>
@@ -27,18 +29,21 @@ class ThreadPool {
 
  private:
   void worker_loop(int thread);
-  void work(int thread);
+  void work(uint64_t job, int thread);
 
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int64_t> next_task_{0};
-  std::atomic<int> n_active_{0};
+  // (job number << 32) | next task index: a claim succeeds only for the
+  // current job, so a late worker can never take a task of a newer one.
+  std::atomic<uint64_t> next_{0};
+  std::atomic<int64_t> n_done_{0};
+  std::atomic<int> n_sleeping_{0};
   int64_t n_tasks_ = 0;
   const std::function<void(int64_t, int)>* fn_ = nullptr;
-  bool stop_ = false;
+  uint64_t job_ = 0;
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace spool
