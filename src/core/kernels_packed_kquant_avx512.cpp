@@ -50,6 +50,33 @@ struct Q4KPacked {
     }
   }
 
+  // Small tiles (decode): both sub-blocks of each packed byte at once, so
+  // every weight load feeds two dots.
+  template <int C>
+  static void sub_block_pairs(const uint8_t* blk, const uint8_t* act, size_t as, int64_t b, __m512i (&tot)[C]) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int p = 0; p < 4; ++p) {
+      const uint8_t* qs = blk + kQs + p * 8 * 64;
+      __m512i lo[C], hi[C];
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
+      SPOOL_UNROLL for (int m = 0; m < 8; ++m) {
+        const __m512i raw = _mm512_loadu_si512(qs + 64 * m);
+        const __m512i wl = _mm512_and_si512(raw, low4), wh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+        SPOOL_UNROLL for (int j = 0; j < C; ++j) {
+          const int8_t* q = reinterpret_cast<const int8_t*>(act + j * as) + b * kQKK + 64 * p + 4 * m;
+          lo[j] = _mm512_dpbusd_epi32(lo[j], wl, bcast4(q));
+          hi[j] = _mm512_dpbusd_epi32(hi[j], wh, bcast4(q + 32));
+        }
+      }
+      const __m512i sl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(blk + kScales + 32 * p)));
+      const __m512i sh = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(blk + kScales + 32 * p + 16)));
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) {
+        tot[j] = _mm512_add_epi32(tot[j], _mm512_mullo_epi32(lo[j], sl));
+        tot[j] = _mm512_add_epi32(tot[j], _mm512_mullo_epi32(hi[j], sh));
+      }
+    }
+  }
+
   template <int C>
   static void tile(int64_t n, const uint8_t* wg, const uint8_t* act, size_t as, float* c, size_t ldc,
                    __mmask16 mask) {
@@ -61,7 +88,9 @@ struct Q4KPacked {
       const uint8_t* blk = wg + b * kSuperBytes;
       __m512i tot[C];
       SPOOL_UNROLL for (int j = 0; j < C; ++j) tot[j] = _mm512_setzero_si512();
-      for (int s = 0; s < 8; ++s) {
+      if constexpr (C <= 4) {
+        sub_block_pairs<C>(blk, act, as, b, tot);
+      } else for (int s = 0; s < 8; ++s) {
         const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(blk + kScales + 16 * s)));
         const uint8_t* qs = blk + kQs + (s / 2) * 8 * 64;
         const int shift = (s & 1) * 4;
