@@ -1,6 +1,6 @@
 // The attention row kernels (RowKernels in kernels.h) of every table against
 // the scalar reference: head sizes with and without a vector tail, strided
-// rows, and exp over scores spanning many magnitudes.
+// rows, exp over scores spanning many magnitudes, and SwiGLU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,6 +40,11 @@ TEST(RowKernels, MatchReference) {
       }
     }
     for (int64_t n : {1, 16, 37}) {
+      auto g1 = random_floats(n, 5, 6.0f), g2 = g1;
+      const auto u = random_floats(n, 6, 1.0f);
+      k.swiglu(g1.data(), u.data(), n);
+      ref.swiglu(g2.data(), u.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(g1[i], g2[i], 1e-5 * (std::fabs(g2[i]) + 1e-3)) << isa_name(isa);
       auto x1 = random_floats(n, 4, 20.0f);
       const float mx = 3.0f + *std::max_element(x1.begin(), x1.end());
       if (n > 1) x1[0] = -INFINITY;  // a masked score

@@ -143,6 +143,7 @@ KernelTable* build_table(Isa isa) {
   if (!t->rows.dot_rows) t->rows.dot_rows = ref.rows.dot_rows;
   if (!t->rows.axpy_rows) t->rows.axpy_rows = ref.rows.axpy_rows;
   if (!t->rows.exp_sum) t->rows.exp_sum = ref.rows.exp_sum;
+  if (!t->rows.swiglu) t->rows.swiglu = ref.rows.swiglu;
   return t;
 }
 

@@ -68,6 +68,8 @@ struct RowKernels {
   void (*axpy_rows)(int64_t d, const float* w, const float* v, size_t stride, int64_t n, float* out) = nullptr;
   // x[i] = exp(x[i] - max); returns the sum of the new x[i].
   float (*exp_sum)(float* x, int64_t n, float max) = nullptr;
+  // g[i] = silu(g[i]) * u[i] (the SwiGLU feed-forward's gate).
+  void (*swiglu)(float* g, const float* u, int64_t n) = nullptr;
 };
 
 struct KernelTable {

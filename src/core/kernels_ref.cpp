@@ -359,10 +359,14 @@ float exp_sum(float* x, int64_t n, float max) {
   return sum;
 }
 
+void swiglu(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
 }  // namespace
 
 void fill_ref_float_kernels(KernelTable& t) {
-  t.rows = {dot_rows, axpy_rows, exp_sum};
+  t.rows = {dot_rows, axpy_rows, exp_sum, swiglu};
   set(t, DType::F32, quantize_f32, dequantize_f32, vec_dot_f32);
   set(t, DType::F16, quantize_f16, dequantize_f16, vec_dot_f16);
   set(t, DType::BF16, quantize_bf16, dequantize_bf16, vec_dot_bf16);

@@ -1,7 +1,7 @@
 // AVX-512 row kernels for attention (RowKernels in kernels.h): dots of a
 // query with strided cached keys, weighted sums of strided cached values,
-// and exp with a running sum for the softmax (range reduction to
-// [-ln2/2, ln2/2], a degree-6 polynomial, then vscalefps for the 2^n).
+// exp with a running sum for the softmax (range reduction to [-ln2/2,
+// ln2/2], a degree-6 polynomial, then vscalefps for the 2^n), and SwiGLU.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -83,8 +83,22 @@ float exp_sum(float* x, int64_t n, float max) {
   return _mm512_reduce_add_ps(sum);
 }
 
+// silu(x) = x * sigmoid(x), sigmoid from e = exp(-|x|): 1/(1+e) for x >= 0,
+// e/(1+e) below.
+void swiglu(float* g, const float* u, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+    const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), one, e);
+    const __m512 sig = _mm512_div_ps(num, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_maskz_loadu_ps(m, u + i)));
+  }
+}
+
 }  // namespace
 
-void fill_rows_avx512_kernels(KernelTable& t) { t.rows = {dot_rows, axpy_rows, exp_sum}; }
+void fill_rows_avx512_kernels(KernelTable& t) { t.rows = {dot_rows, axpy_rows, exp_sum, swiglu}; }
 
 }  // namespace spool::detail

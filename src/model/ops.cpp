@@ -78,9 +78,7 @@ void rope(float* x, int64_t n_tokens, int n_heads, int head_dim, const int32_t* 
   }
 }
 
-void swiglu(float* g, const float* u, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-}
+void swiglu(float* g, const float* u, int64_t n) { kernels().rows.swiglu(g, u, n); }
 
 void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
