@@ -1,0 +1,43 @@
+// ChatTemplate: the variables transformers passes to a chat template (messages,
+// add_generation_prompt, bos_token, eos_token, plus caller extras) and the
+// template source from model metadata.
+#include "model/chat_template.h"
+
+#include "format/gguf.h"
+
+namespace spool {
+
+ChatTemplate::ChatTemplate(const std::string& source)
+    : template_(source, jinja::TemplateOptions{.trim_blocks = true, .lstrip_blocks = true}) {}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                 const std::string& bos_token, const std::string& eos_token,
+                                 const jinja::Value& extra) const {
+  jinja::List list;
+  for (const ChatMessage& m : messages) {
+    jinja::Dict d;
+    d.set("role", jinja::Value(m.role));
+    d.set("content", jinja::Value(m.content));
+    list.emplace_back(std::move(d));
+  }
+  return render(jinja::Value(std::move(list)), add_generation_prompt, bos_token, eos_token, extra);
+}
+
+std::string ChatTemplate::render(const jinja::Value& messages, bool add_generation_prompt,
+                                 const std::string& bos_token, const std::string& eos_token,
+                                 const jinja::Value& extra) const {
+  jinja::Dict vars;
+  vars.set("messages", messages);
+  vars.set("add_generation_prompt", jinja::Value(add_generation_prompt));
+  vars.set("bos_token", jinja::Value(bos_token));
+  vars.set("eos_token", jinja::Value(eos_token));
+  if (extra.is_dict())
+    for (const auto& [k, v] : extra.as_dict().items) vars.set(k, v);
+  return template_.render(jinja::Value(std::move(vars)));
+}
+
+std::string chat_template_source(const gguf::File& file) {
+  return file.get_string("tokenizer.chat_template", "");
+}
+
+}  // namespace spool

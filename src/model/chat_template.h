@@ -1,0 +1,40 @@
+// Chat templates: a model's Jinja template (GGUF tokenizer.chat_template, or
+// Hugging Face tokenizer_config.json "chat_template" / chat_template.jinja, which
+// the HF loader copies into the same key) rendered over a conversation into the
+// prompt text, as transformers' apply_chat_template does (trim_blocks, lstrip_blocks).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/jinja.h"
+
+namespace spool {
+namespace gguf { struct File; }
+
+struct ChatMessage {
+  std::string role, content;
+};
+
+class ChatTemplate {
+ public:
+  // Parses `source`; throws spool::Error naming the line/column of a syntax error.
+  explicit ChatTemplate(const std::string& source);
+
+  // `extra` (a dict, may be undefined) adds or overrides template variables, e.g. tools.
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     const std::string& bos_token, const std::string& eos_token,
+                     const jinja::Value& extra = jinja::Value()) const;
+  // The same with messages already as template values (a list of dicts), for
+  // messages with fields beyond role and content (tool calls, ...).
+  std::string render(const jinja::Value& messages, bool add_generation_prompt, const std::string& bos_token,
+                     const std::string& eos_token, const jinja::Value& extra = jinja::Value()) const;
+
+ private:
+  jinja::Template template_;
+};
+
+// The chat template in a model's metadata, or "" if it has none.
+std::string chat_template_source(const gguf::File& file);
+
+}  // namespace spool
