@@ -1,5 +1,5 @@
 // config.json -> GGUF-style metadata for the llama-family model types (llama,
-// qwen2, qwen3, and the MoE mixtral and qwen3_moe), with the rope variants of both spellings: released
+// qwen2, qwen3, and the MoE mixtral and qwen3_moe) and deepseek_v3 (GGUF deepseek2), with the rope variants of both spellings: released
 // checkpoints write "rope_scaling", transformers 5 writes "rope_parameters".
 // llama3 rope becomes a computed rope_freqs.weight tensor, as llama.cpp's
 // converter writes it.
@@ -52,6 +52,7 @@ const char* gguf_arch(const std::string& model_type) {
   if (model_type == "qwen3") return "qwen3";
   if (model_type == "mixtral") return "llama";  // llama.cpp stores Mixtral as llama with experts
   if (model_type == "qwen3_moe") return "qwen3moe";
+  if (model_type == "deepseek_v3" || model_type == "kimi_k2") return "deepseek2";
   return nullptr;
 }
 
@@ -129,9 +130,17 @@ void rope_to_metadata(const json& c, const std::string& a, int n_dims, int64_t n
     out.kv[a + "rope.scaling.yarn_beta_slow"] = Value::of_float(number(*r, "beta_slow", 1.0));
     // HF's attention_factor is the whole magnitude scale; spool's rope (like
     // llama.cpp's) already multiplies by 1 + 0.1 ln(factor) and takes the rest.
-    if (field(*r, "attention_factor"))
-      out.kv[a + "rope.scaling.attn_factor"] =
-          Value::of_float(number(*r, "attention_factor") / (1.0 + 0.1 * std::log(factor)));
+    // transformers: attention_factor, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+    // when both are set, else get_mscale(factor) (which spool's rope applies by itself).
+    auto get_mscale = [&](double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+    const double mscale = number(*r, "mscale", 0.0), mscale_all = number(*r, "mscale_all_dim", 0.0);
+    double attention_factor = 0.0;
+    if (field(*r, "attention_factor")) attention_factor = number(*r, "attention_factor");
+    else if (mscale != 0.0 && mscale_all != 0.0) attention_factor = get_mscale(mscale) / get_mscale(mscale_all);
+    if (attention_factor != 0.0)
+      out.kv[a + "rope.scaling.attn_factor"] = Value::of_float(attention_factor / (1.0 + 0.1 * std::log(factor)));
+    // DeepSeek's attention scale uses mscale_all_dim (llama.cpp's key: 0.1 * mscale_all_dim).
+    if (mscale_all != 0.0) out.kv[a + "rope.scaling.yarn_log_multiplier"] = Value::of_float(0.1 * mscale_all);
   } else if (type == "llama3") {
     add_rope_freqs(llama3_freq_factors(*r, n_dims, base), out);
   } else {
@@ -172,6 +181,47 @@ void moe_to_metadata(const json& c, const std::string& model_type, const std::st
   out.kv[kDenseFfnLayersKey] = Value::of_ints(dense);
 }
 
+// DeepSeek-V3 / Kimi-K2: multi-head latent attention and routing, under
+// llama.cpp's deepseek2 keys (the cache row is one "head" of kv_lora_rank +
+// rope dims; the *_mla keys give the decompressed head sizes).
+void deepseek_to_metadata(const json& c, const std::string& a, gguf::File& out) {
+  const int64_t kv_lora = integer(c, "kv_lora_rank"), rope = integer(c, "qk_rope_head_dim");
+  const int64_t nope = integer(c, "qk_nope_head_dim"), v = integer(c, "v_head_dim");
+  if (kv_lora <= 0 || rope <= 0 || nope <= 0 || v <= 0 || rope % 2)
+    fail("kv_lora_rank, qk_rope_head_dim (even), qk_nope_head_dim and v_head_dim must be positive");
+  out.kv[a + "attention.head_count_kv"] = Value::of_int(1);
+  out.kv[a + "attention.q_lora_rank"] = Value::of_int(integer(c, "q_lora_rank", 0));
+  out.kv[a + "attention.kv_lora_rank"] = Value::of_int(kv_lora);
+  out.kv[a + "attention.key_length"] = Value::of_int(kv_lora + rope);
+  out.kv[a + "attention.value_length"] = Value::of_int(kv_lora);
+  out.kv[a + "attention.key_length_mla"] = Value::of_int(nope + rope);
+  out.kv[a + "attention.value_length_mla"] = Value::of_int(v);
+  out.kv[a + "rope.dimension_count"] = Value::of_int(rope);
+  // rope_interleave (default true): rotate adjacent pairs. transformers de-interleaves
+  // q_pe/k_pe and rotates halves, which gives the same dot products.
+  out.kv[kRopeNeoxKey] = Value::of_bool(!c.value("rope_interleave", true));
+  out.kv[a + "leading_dense_block_count"] = Value::of_int(integer(c, "first_k_dense_replace", 0));
+  const int64_t n_expert = integer(c, "n_routed_experts"), n_used = integer(c, "num_experts_per_tok");
+  if (n_expert <= 0 || n_used <= 0 || n_used > n_expert)
+    fail("num_experts_per_tok must be in 1..n_routed_experts (" + std::to_string(n_expert) + ")");
+  out.kv[a + "expert_count"] = Value::of_int(n_expert);
+  out.kv[a + "expert_used_count"] = Value::of_int(n_used);
+  out.kv[a + "expert_feed_forward_length"] = Value::of_int(integer(c, "moe_intermediate_size"));
+  out.kv[a + "expert_shared_count"] = Value::of_int(integer(c, "n_shared_experts", 0));
+  out.kv[a + "expert_weights_scale"] = Value::of_float(number(c, "routed_scaling_factor", 1.0));
+  out.kv[a + "expert_weights_norm"] = Value::of_bool(c.value("norm_topk_prob", false));
+  // transformers 5 writes no scoring_func; its DeepSeek-V3 router is sigmoid.
+  const std::string scoring = c.value("scoring_func", std::string("sigmoid"));
+  if (scoring != "sigmoid" && scoring != "softmax") fail("scoring_func '" + scoring + "' is not supported");
+  out.kv[a + "expert_gating_func"] = Value::of_int(scoring == "sigmoid" ? 2 : 1);
+  const std::string method = c.value("topk_method", std::string("noaux_tc"));
+  const int64_t n_group = integer(c, "n_group", 1), topk_group = integer(c, "topk_group", n_group);
+  if (method != "noaux_tc" && !(method == "greedy" && n_group <= 1))
+    fail("topk_method '" + method + "' is not supported (noaux_tc, or greedy without groups)");
+  out.kv[a + "expert_group_count"] = Value::of_int(n_group);
+  out.kv[a + "expert_group_used_count"] = Value::of_int(topk_group);
+}
+
 }  // namespace
 
 nlohmann::json read_json(const std::string& path) {
@@ -191,7 +241,7 @@ std::string config_to_metadata(const json& c, const std::string& name, gguf::Fil
   const json* mt = field(c, "model_type");
   if (!mt || !mt->is_string()) fail("missing 'model_type'");
   const char* arch = gguf_arch(mt->get<std::string>());
-  if (!arch) fail("unsupported model_type '" + mt->get<std::string>() + "' (supported: llama, qwen2, qwen3, mixtral, qwen3_moe)");
+  if (!arch) fail("unsupported model_type '" + mt->get<std::string>() + "' (supported: llama, qwen2, qwen3, mixtral, qwen3_moe, deepseek_v3)");
   reject_unsupported(c);
   const std::string a = std::string(arch) + ".";
   const int64_t n_embd = integer(c, "hidden_size"), n_head = integer(c, "num_attention_heads");
@@ -217,6 +267,7 @@ std::string config_to_metadata(const json& c, const std::string& name, gguf::Fil
   out.kv[kRopeNeoxKey] = Value::of_bool(true);  // every HF model type here rotates halves
   rope_to_metadata(c, a, n_rot, n_ctx, out);
   moe_to_metadata(c, mt->get<std::string>(), a, out);
+  if (std::string(arch) == "deepseek2") deepseek_to_metadata(c, a, out);
   return arch;
 }
 

@@ -10,6 +10,7 @@ const std::pair<const char*, ModelFactory> kArchs[] = {
     {"qwen2", make_qwen2_model},
     {"qwen3", make_qwen3_model},
     {"qwen3moe", make_qwen3moe_model},
+    {"deepseek2", make_deepseek2_model},
 };
 }  // namespace
 

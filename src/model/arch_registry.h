@@ -15,6 +15,7 @@ std::unique_ptr<Model> make_llama_model(ModelParts parts);
 std::unique_ptr<Model> make_qwen2_model(ModelParts parts);
 std::unique_ptr<Model> make_qwen3_model(ModelParts parts);
 std::unique_ptr<Model> make_qwen3moe_model(ModelParts parts);
+std::unique_ptr<Model> make_deepseek2_model(ModelParts parts);
 
 // nullptr if the architecture is unknown.
 using ModelFactory = std::unique_ptr<Model> (*)(ModelParts);

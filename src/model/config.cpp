@@ -1,6 +1,8 @@
 // GGUF metadata -> ModelConfig, with the same defaults llama.cpp applies.
 #include "model/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/error.h"
@@ -39,6 +41,42 @@ void read_moe_config(const gguf::File& f, const std::string& a, ModelConfig& c) 
   c.expert_weights_norm = f.get_bool(a + "expert_weights_norm", true);
   if (const gguf::Value* v = f.find(hf::kDenseFfnLayersKey))
     for (int64_t l : v->ints) c.dense_ffn_layers.push_back((int)l);
+  // DeepSeek-style routing (llama.cpp's keys); the defaults are plain softmax top-k.
+  const int64_t gating = f.get_int(a + "expert_gating_func", (int64_t)ExpertGating::Softmax);
+  if (gating != 1 && gating != 2)
+    throw Error("model metadata: expert_gating_func " + std::to_string(gating) + " is not supported (1 softmax, 2 sigmoid)");
+  c.expert_gating = (ExpertGating)gating;
+  c.expert_weights_scale = (float)f.get_float(a + "expert_weights_scale", 1.0);
+  c.n_expert_group = (int)f.get_int(a + "expert_group_count", 0);
+  c.n_expert_group_used = (int)f.get_int(a + "expert_group_used_count", 0);
+  if (c.n_expert_group > 1) {
+    if (c.n_expert % c.n_expert_group != 0 || c.n_expert_group_used < 1 || c.n_expert_group_used > c.n_expert_group)
+      throw Error("model metadata: expert_group_count " + std::to_string(c.n_expert_group) + " / expert_group_used_count " +
+                  std::to_string(c.n_expert_group_used) + " do not fit expert_count " + std::to_string(c.n_expert));
+    if (c.n_expert_group_used * (c.n_expert / c.n_expert_group) < c.n_expert_used)
+      throw Error("model metadata: the chosen expert groups hold fewer experts than expert_used_count");
+  }
+  c.n_expert_shared = (int)f.get_int(a + "expert_shared_count", 0);
+  // The first leading_dense_block_count layers keep a dense feed-forward.
+  const int n_dense_lead = (int)f.get_int(a + "leading_dense_block_count", 0);
+  for (int l = 0; l < n_dense_lead; ++l)
+    if (std::find(c.dense_ffn_layers.begin(), c.dense_ffn_layers.end(), l) == c.dense_ffn_layers.end())
+      c.dense_ffn_layers.push_back(l);
+}
+
+// MLA keys. Newer llama.cpp files describe the cache row in key_length /
+// value_length (kv_lora_rank + rope, kv_lora_rank) and the decompressed heads
+// in the *_mla keys; older ones only have the decompressed sizes.
+void read_mla_config(const gguf::File& f, const std::string& a, ModelConfig& c) {
+  MlaConfig& m = c.mla;
+  m.kv_lora_rank = (int)f.get_int(a + "attention.kv_lora_rank", 0);
+  if (m.kv_lora_rank <= 0) return;
+  m.q_lora_rank = (int)f.get_int(a + "attention.q_lora_rank", 0);
+  m.head_dim_k = (int)f.get_int(a + "attention.key_length_mla", c.head_dim_k);
+  m.head_dim_v = (int)f.get_int(a + "attention.value_length_mla", c.head_dim_v);
+  if (m.head_dim_k <= c.rope.n_dims || m.head_dim_v <= 0)
+    throw Error("model metadata: MLA head sizes (key " + std::to_string(m.head_dim_k) + ", value " +
+                std::to_string(m.head_dim_v) + ") do not fit rope.dimension_count " + std::to_string(c.rope.n_dims));
 }
 
 }  // namespace
@@ -65,13 +103,14 @@ ModelConfig read_config(const gguf::File& f, int n_vocab, RopeStyle style) {
                 std::to_string(c.n_head_kv));
   c.head_dim_k = (int)f.get_int(a + "attention.key_length", c.n_embd / c.n_head);
   c.head_dim_v = (int)f.get_int(a + "attention.value_length", c.head_dim_k);
+  const bool mla = f.get_int(a + "attention.kv_lora_rank", 0) > 0;
   c.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5);
 
   RopeConfig& r = c.rope;
   // HF checkpoints keep Q/K unpermuted, so even llama rotates in NeoX order there.
   r.style = f.get_bool(hf::kRopeNeoxKey, style == RopeStyle::Neox) ? RopeStyle::Neox : RopeStyle::Normal;
   r.n_dims = (int)f.get_int(a + "rope.dimension_count", c.head_dim_k);
-  if (r.n_dims <= 0 || r.n_dims > c.head_dim_k || r.n_dims % 2)
+  if (r.n_dims <= 0 || (!mla && r.n_dims > c.head_dim_k) || r.n_dims % 2)
     throw Error("model metadata: rope.dimension_count " + std::to_string(r.n_dims) + " is invalid");
   r.freq_base = (float)f.get_float(a + "rope.freq_base", 10000.0);
   // rope.scale_linear is the older spelling of a linear factor.
@@ -92,11 +131,17 @@ ModelConfig read_config(const gguf::File& f, int n_vocab, RopeStyle style) {
     r.attn_factor = (float)f.get_float(a + "rope.scaling.attn_factor", 1.0);
     r.beta_fast = (float)f.get_float(a + "rope.scaling.yarn_beta_fast", 32.0);
     r.beta_slow = (float)f.get_float(a + "rope.scaling.yarn_beta_slow", 1.0);
+    r.yarn_log_mul = (float)f.get_float(a + "rope.scaling.yarn_log_multiplier", 0.0);
+    // DeepSeek YaRN (mscale == mscale_all_dim): the rotation keeps unit magnitude
+    // and the whole correction goes into the attention scale (see arch_deepseek2).
+    if (r.yarn_log_mul != 0.0f && !f.find(a + "rope.scaling.attn_factor"))
+      r.attn_factor = 1.0f / (1.0f + 0.1f * std::log(factor));
   } else {
     throw Error("model metadata: unsupported rope scaling type '" + type + "'");
   }
   if (r.n_ctx_orig == 0) r.n_ctx_orig = c.n_ctx_train;
   read_moe_config(f, a, c);
+  read_mla_config(f, a, c);
   return c;
 }
 

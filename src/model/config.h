@@ -11,6 +11,7 @@ namespace gguf { struct File; }
 
 enum class RopeStyle { Normal, Neox };           // adjacent pairs vs. split halves
 enum class RopeScaling { None, Linear, Yarn };
+enum class ExpertGating { Softmax = 1, Sigmoid = 2 };  // GGUF expert_gating_func values
 
 struct RopeConfig {
   RopeStyle style = RopeStyle::Normal;
@@ -22,6 +23,18 @@ struct RopeConfig {
   float ext_factor = 0.0f;      // YaRN: extrapolation mix (1 when YaRN is on)
   float attn_factor = 1.0f;
   float beta_fast = 32.0f, beta_slow = 1.0f;
+  float yarn_log_mul = 0.0f;    // DeepSeek YaRN: 0.1 * mscale_all_dim (0: none); scales attention logits
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2; kv_lora_rank 0: not MLA).
+// Q comes from q_lora_rank-wide q_a/q_b (or one attn_q when q_lora_rank is 0);
+// K/V from a kv_lora_rank-wide latent plus one shared rope key of rope.n_dims.
+struct MlaConfig {
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int head_dim_k = 0;           // qk_nope_head_dim + qk_rope_head_dim, per head after decompression
+  int head_dim_v = 0;           // v_head_dim
+  bool enabled() const { return kv_lora_rank > 0; }
 };
 
 struct ModelConfig {
@@ -45,8 +58,15 @@ struct ModelConfig {
   int n_expert_used = 0;        // top-k experts per token
   int n_ff_exp = 0;             // width of one expert's feed-forward
   bool expert_weights_norm = true;  // renormalize the top-k router weights to sum to 1
+  ExpertGating expert_gating = ExpertGating::Softmax;
+  float expert_weights_scale = 1.0f;  // routed_scaling_factor: multiplies the routed weights
+  int n_expert_group = 0;       // group-limited routing: experts split into groups ...
+  int n_expert_group_used = 0;  // ... and only the best n_expert_group_used groups are eligible
+  int n_expert_shared = 0;      // shared experts, always on (one SwiGLU of n_expert_shared * n_ff_exp)
   std::vector<int> dense_ffn_layers;
   bool is_moe_layer(int layer) const;
+
+  MlaConfig mla;
 
   int q_dim() const { return n_head * head_dim_k; }
   int k_dim() const { return n_head_kv * head_dim_k; }

@@ -1,7 +1,9 @@
 // KV cache interface. Attention reads a sequence's keys and values through a
 // block table (KvSeqView): the simple cache here gives each sequence one block
 // of n_ctx positions; the paged cache (serving) gives many fixed-size blocks
-// shared between sequences. K/V rows are [n_head_kv * head_dim] floats.
+// shared between sequences. K/V rows are [n_head_kv * head_dim] floats. MLA
+// models store one row [kv_lora_rank + rope dims] per token (n_head_kv 1, the
+// compressed latent then the rope key) and no V row (head_dim_v 0).
 #pragma once
 
 #include <cstdint>

@@ -16,14 +16,22 @@ namespace spool {
 Model::Model(ModelParts parts) : parts_(std::move(parts)) {}
 Model::~Model() = default;
 
-KvShape Model::kv_shape() const {
+KvShape kv_shape_of(const ModelConfig& c) {
   KvShape s;
-  s.n_layer = config_.n_layer;
-  s.n_head_kv = config_.n_head_kv;
-  s.head_dim_k = config_.head_dim_k;
-  s.head_dim_v = config_.head_dim_v;
+  s.n_layer = c.n_layer;
+  if (c.mla.enabled()) {  // one "head": the latent and the shared rope key; the latent is the value too
+    s.n_head_kv = 1;
+    s.head_dim_k = c.mla.kv_lora_rank + c.rope.n_dims;
+    s.head_dim_v = 0;
+    return s;
+  }
+  s.n_head_kv = c.n_head_kv;
+  s.head_dim_k = c.head_dim_k;
+  s.head_dim_v = c.head_dim_v;
   return s;
 }
+
+KvShape Model::kv_shape() const { return kv_shape_of(config_); }
 
 static std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -77,6 +85,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   parts.weights = make_resident_store(parts.file.manifest);
   int n_threads = options.n_threads > 0 ? options.n_threads : (int)std::thread::hardware_concurrency();
   parts.pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
+  parts.options = options;
   return factory(std::move(parts));
 }
 

@@ -19,8 +19,12 @@ namespace spool {
 
 class ThreadPool;
 
+// Which form of multi-head latent attention an MLA model computes (model/mla.h).
+enum class MlaForm { Auto, Plain, Absorbed };
+
 struct LoadOptions {
   int n_threads = 0;  // 0: all cores
+  MlaForm mla_form = MlaForm::Auto;
 };
 
 // What every architecture is built from.
@@ -29,6 +33,7 @@ struct ModelParts {
   std::unique_ptr<WeightStore> weights;
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<ThreadPool> pool;
+  LoadOptions options;
 };
 
 class Model {
@@ -51,6 +56,9 @@ class Model {
   ModelParts parts_;
   ModelConfig config_;
 };
+
+// The KV cache rows a model of this configuration stores per token and layer.
+KvShape kv_shape_of(const ModelConfig& c);
 
 // `path` is a GGUF file (or the first of a split GGUF), or a Hugging Face
 // checkpoint directory (or its config.json).

@@ -23,6 +23,14 @@ MoeLayerWeights load_moe_weights(const Manifest& m, const std::string& prefix, c
     x.down = &expect_tensor(m, expert_slice_name(prefix + "ffn_down_exps.weight", e), {c.n_ff_exp, c.n_embd});
     w.experts.push_back(x);
   }
+  w.choice_bias = optional_tensor(m, prefix + "exp_probs_b.bias", {c.n_expert});
+  if (w.choice_bias && w.choice_bias->type != DType::F32) throw Error("tensor '" + w.choice_bias->name + "' must be F32");
+  if (c.n_expert_shared > 0) {
+    const int n_ff_sh = c.n_expert_shared * c.n_ff_exp;
+    w.shared.gate = &expect_tensor(m, prefix + "ffn_gate_shexp.weight", {c.n_embd, n_ff_sh});
+    w.shared.up = &expect_tensor(m, prefix + "ffn_up_shexp.weight", {c.n_embd, n_ff_sh});
+    w.shared.down = &expect_tensor(m, prefix + "ffn_down_shexp.weight", {n_ff_sh, c.n_embd});
+  }
   // A file with more experts than its metadata says is not the model we think it is.
   if (m.find(expert_slice_name(prefix + "ffn_gate_exps.weight", c.n_expert)))
     throw Error("layer '" + prefix + "' has more than expert_count (" + std::to_string(c.n_expert) + ") experts");
@@ -32,6 +40,7 @@ MoeLayerWeights load_moe_weights(const Manifest& m, const std::string& prefix, c
 std::vector<const TensorEntry*> moe_matmul_weights(const MoeLayerWeights& w) {
   std::vector<const TensorEntry*> out = {w.router};
   for (const ExpertWeights& x : w.experts) out.insert(out.end(), {x.gate, x.up, x.down});
+  if (w.has_shared()) out.insert(out.end(), {w.shared.gate, w.shared.up, w.shared.down});
   return out;
 }
 
@@ -53,6 +62,68 @@ void route_softmax_topk(const float* logits, int n_tokens, int n_expert, int k, 
     for (int j = 0; j < k; ++j) {
       ids[(size_t)t * k + j] = order[j];
       weights[(size_t)t * k + j] = renormalize ? p[order[j]] / top_sum : p[order[j]];
+    }
+  }
+}
+
+namespace {
+
+// Of each token's experts, which may be chosen: all, or those of the best
+// n_expert_group_used groups ranked by the sum of their two best biased scores.
+void mask_expert_groups(const ModelConfig& c, const float* biased, std::vector<uint8_t>& eligible) {
+  eligible.assign(c.n_expert, 1);
+  if (c.n_expert_group <= 1) return;
+  const int per_group = c.n_expert / c.n_expert_group;
+  std::vector<float> group_score(c.n_expert_group);
+  for (int g = 0; g < c.n_expert_group; ++g) {
+    const float* s = biased + g * per_group;
+    float best = -INFINITY, second = -INFINITY;
+    for (int i = 0; i < per_group; ++i) {
+      if (s[i] > best) second = best, best = s[i];
+      else if (s[i] > second) second = s[i];
+    }
+    group_score[g] = per_group > 1 ? best + second : best;
+  }
+  std::vector<int> order(c.n_expert_group);
+  for (int g = 0; g < c.n_expert_group; ++g) order[g] = g;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return group_score[a] > group_score[b]; });
+  for (int j = c.n_expert_group_used; j < c.n_expert_group; ++j)
+    std::fill(eligible.begin() + order[j] * per_group, eligible.begin() + (order[j] + 1) * per_group, 0);
+}
+
+}  // namespace
+
+void route_experts(const ModelConfig& c, const float* logits, const float* choice_bias, int n_tokens, int32_t* ids,
+                   float* weights) {
+  const int n_expert = c.n_expert, k = c.n_expert_used;
+  std::vector<float> p(n_expert), biased(n_expert);
+  std::vector<int32_t> order(n_expert);
+  std::vector<uint8_t> eligible;
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* l = logits + (size_t)t * n_expert;
+    if (c.expert_gating == ExpertGating::Sigmoid) {
+      for (int e = 0; e < n_expert; ++e) p[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      const float mx = *std::max_element(l, l + n_expert);
+      float sum = 0;
+      for (int e = 0; e < n_expert; ++e) sum += p[e] = std::exp(l[e] - mx);
+      for (int e = 0; e < n_expert; ++e) p[e] /= sum;
+    }
+    for (int e = 0; e < n_expert; ++e) biased[e] = p[e] + (choice_bias ? choice_bias[e] : 0.0f);
+    mask_expert_groups(c, biased.data(), eligible);
+    // Experts of dropped groups score 0, as transformers masks them (not -inf).
+    for (int e = 0; e < n_expert; ++e)
+      if (!eligible[e]) biased[e] = 0.0f;
+    for (int e = 0; e < n_expert; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
+    });
+    float top_sum = 0;
+    for (int j = 0; j < k; ++j) top_sum += p[order[j]];
+    const float scale = c.expert_weights_scale / (c.expert_weights_norm ? top_sum + 1e-20f : 1.0f);
+    for (int j = 0; j < k; ++j) {
+      ids[(size_t)t * k + j] = order[j];
+      weights[(size_t)t * k + j] = p[order[j]] * scale;
     }
   }
 }
@@ -98,6 +169,23 @@ void run_expert(WeightStore& store, ThreadPool& pool, const ModelConfig& c, cons
   }
 }
 
+// The shared experts, one SwiGLU of n_expert_shared * n_ff_exp over every token, added to out.
+void add_shared_experts(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const ExpertWeights& x,
+                        const float* xn, float* out, int n_tokens, MoeScratch& s) {
+  const size_t n_ff = (size_t)c.n_expert_shared * c.n_ff_exp;
+  if (s.gate.size() < n_tokens * n_ff) s.gate.resize(n_tokens * n_ff);
+  if (s.up.size() < n_tokens * n_ff) s.up.resize(n_tokens * n_ff);
+  {
+    WeightRef gate = store.acquire(*x.gate), up = store.acquire(*x.up);
+    matmul(pool, gate.mat(), xn, n_tokens, s.gate.data(), s.mm);  // [n_tokens, n_ff_sh]
+    matmul(pool, up.mat(), xn, n_tokens, s.up.data(), s.mm);      // [n_tokens, n_ff_sh]
+  }
+  swiglu(s.gate.data(), s.up.data(), (int64_t)n_tokens * n_ff);
+  WeightRef down = store.acquire(*x.down);
+  matmul(pool, down.mat(), s.gate.data(), n_tokens, s.ye.data(), s.mm);  // [n_tokens, n_embd]
+  add_inplace(out, s.ye.data(), (int64_t)n_tokens * c.n_embd);
+}
+
 }  // namespace
 
 void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const MoeLayerWeights& w,
@@ -116,7 +204,11 @@ void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
     WeightRef router = store.acquire(*w.router);
     matmul(pool, router.mat(), xn, n_tokens, s.logits.data(), s.mm);  // [n_tokens, n_expert]
   }
-  route_softmax_topk(s.logits.data(), n_tokens, n_expert, k, c.expert_weights_norm, s.ids.data(), s.weights.data());
+  {
+    WeightRef bias;
+    if (w.choice_bias) bias = store.acquire(*w.choice_bias);
+    route_experts(c, s.logits.data(), w.choice_bias ? bias.f32() : nullptr, n_tokens, s.ids.data(), s.weights.data());
+  }
   group_by_expert(s.ids.data(), n_tokens * k, n_expert, s);
 
   // The union of the batch's experts is known now: tell the store before computing.
@@ -131,6 +223,7 @@ void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
     const int first = s.group_start[e], m = s.group_start[e + 1] - first;
     if (m > 0) run_expert(store, pool, c, w.experts[e], first, m, xn, out, s);
   }
+  if (w.has_shared()) add_shared_experts(store, pool, c, w.shared, xn, out, n_tokens, s);
 }
 
 }  // namespace spool

@@ -1,6 +1,7 @@
-// The mixture-of-experts feed-forward block (Mixtral, Qwen3-MoE): a router
-// picks the top-k experts of each token (softmax scores, optionally
-// renormalized), then each routed expert runs its SwiGLU once over all of the
+// The mixture-of-experts feed-forward block (Mixtral, Qwen3-MoE, DeepSeek-V3):
+// a router picks the top-k experts of each token (softmax or sigmoid scores,
+// DeepSeek's selection bias and expert groups, optional renormalization and
+// scaling), then each routed expert runs its SwiGLU once over all of the
 // batch's tokens routed to it, and the outputs are summed with the router
 // weights. Experts are acquired one at a time from the weight store, so only
 // the experts a batch routes to are ever touched, each once per forward pass.
@@ -25,8 +26,11 @@ struct ExpertWeights {
 };
 
 struct MoeLayerWeights {
-  const TensorEntry* router = nullptr;  // ffn_gate_inp [n_embd, n_expert]
-  std::vector<ExpertWeights> experts;   // [n_expert]
+  const TensorEntry* router = nullptr;      // ffn_gate_inp [n_embd, n_expert]
+  const TensorEntry* choice_bias = nullptr; // optional exp_probs_b [n_expert]: added to scores to choose only
+  std::vector<ExpertWeights> experts;       // [n_expert]
+  ExpertWeights shared;                     // optional shared experts, [n_embd, n_expert_shared * n_ff_exp]
+  bool has_shared() const { return shared.gate != nullptr; }
 };
 
 // Finds and shape-checks layer `prefix` ("blk.N.")'s router and expert slices.
@@ -42,6 +46,15 @@ std::vector<const TensorEntry*> moe_matmul_weights(const MoeLayerWeights& w);
 void route_softmax_topk(const float* logits, int n_tokens, int n_expert, int k, bool renormalize, int32_t* ids,
                         float* weights);
 
+// The general router. Scores are softmax(logits) or sigmoid(logits); experts
+// are chosen by score + choice_bias (may be null), only from the best
+// n_expert_group_used groups (a group's rank: the sum of its two best biased
+// scores) when cfg.n_expert_group > 1; the weights are the unbiased scores,
+// renormalized if cfg.expert_weights_norm, times cfg.expert_weights_scale.
+// ids are in descending order of biased score (ties to the lower index).
+void route_experts(const ModelConfig& cfg, const float* logits, const float* choice_bias, int n_tokens, int32_t* ids,
+                   float* weights);
+
 // Activation buffers, grown as needed.
 struct MoeScratch {
   std::vector<float> logits;             // [n_tokens, n_expert]
@@ -53,7 +66,8 @@ struct MoeScratch {
   std::vector<uint8_t> mm;               // matmul activation conversion
 };
 
-// out = sum over each token's routed experts e of weight_e * down_e(silu(gate_e x) * up_e x).
+// out = sum over each token's routed experts e of weight_e * down_e(silu(gate_e x) * up_e x),
+// plus the shared experts' SwiGLU when the layer has them.
 // xn, out: [n_tokens, n_embd].
 void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& cfg, const MoeLayerWeights& w,
                  const float* xn, float* out, int n_tokens, MoeScratch& s);

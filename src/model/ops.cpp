@@ -95,7 +95,8 @@ void kv_store(KvCache& kv, int layer, const Batch& batch, const float* k, const 
     auto it = views.find(batch.seq[t]);
     if (it == views.end()) it = views.emplace(batch.seq[t], kv.view(layer, batch.seq[t])).first;
     std::memcpy(it->second.k(batch.pos[t]), k + (size_t)t * s.k_row(), s.k_row() * sizeof(float));
-    std::memcpy(it->second.v(batch.pos[t]), v + (size_t)t * s.v_row(), s.v_row() * sizeof(float));
+    if (s.v_row() > 0)  // MLA caches no V row
+      std::memcpy(it->second.v(batch.pos[t]), v + (size_t)t * s.v_row(), s.v_row() * sizeof(float));
   }
 }
 

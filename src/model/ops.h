@@ -30,7 +30,8 @@ void add_inplace(float* x, const float* y, int64_t n);
 // x[t, :] += b  for each row
 void add_bias(float* x, const float* b, int64_t n_rows, int dim);
 
-// Writes this batch's K and V rows into the cache at their (seq, pos).
+// Writes this batch's K and V rows into the cache at their (seq, pos); v may be
+// null when the cache has no V rows (MLA).
 void kv_store(KvCache& kv, int layer, const Batch& batch, const float* k, const float* v);
 
 // Causal attention: for each token, its heads attend to cache positions

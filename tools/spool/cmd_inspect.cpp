@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/synth_quant_mix.h"
 
 namespace spool::cli {
@@ -54,9 +55,11 @@ void print_kv_cost(const gguf::File& f) {
   try {
     const int n_vocab = embd && embd->shape.size() == 2 ? (int)embd->shape[1] : 0;
     const ModelConfig c = read_config(f, n_vocab, RopeStyle::Normal);
-    const uint64_t per_token = 4ull * c.n_layer * c.n_head_kv * (c.head_dim_k + c.head_dim_v);
-    std::printf("KV cache:      %llu bytes/token (F32 K+V: %d layers x %d KV heads x (%d + %d) x 4 B); %s at %d tokens\n",
-                (unsigned long long)per_token, c.n_layer, c.n_head_kv, c.head_dim_k, c.head_dim_v,
+    const KvShape s = kv_shape_of(c);
+    const uint64_t per_token = 4ull * s.n_layer * (s.k_row() + s.v_row());
+    std::printf("KV cache:      %llu bytes/token (F32 %s: %d layers x %d KV heads x (%d + %d) x 4 B); %s at %d tokens\n",
+                (unsigned long long)per_token, c.mla.enabled() ? "MLA latent + rope key" : "K+V", s.n_layer,
+                s.n_head_kv, s.head_dim_k, s.head_dim_v,
                 human_bytes(per_token * (uint64_t)c.n_ctx_train).c_str(), c.n_ctx_train);
   } catch (const Error& e) {
     std::printf("KV cache:      unknown (%s)\n", e.what());

@@ -1,0 +1,205 @@
+// DeepSeek-V3 / Kimi-K2 (GGUF deepseek2, HF deepseek_v3): the tiny fixtures
+// (yarn rope, group routing, shared experts, dense first layer) against their
+// transformers reference through the library and the CLI, in both MLA forms
+// (plain and absorbed) and from both files; the latent-only KV cache; the
+// DeepSeek router (sigmoid, selection bias, groups, scaling).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/moe.h"
+#include "runtime/session.h"
+
+using namespace spool;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFixtures = std::string(SPOOL_SHARED_DIR) + "/fixtures/";
+const std::string kBin = SPOOL_BIN;
+
+struct Case { const char* name; const char* path; const char* fixture; };
+const Case kCases[] = {
+    {"hf_deepseek3_tiny", "deepseek3-tiny", "deepseek3-tiny"},
+    {"gguf_deepseek3_tiny", "gguf/deepseek3-tiny.f32.gguf", "deepseek3-tiny"},
+    {"gguf_deepseek3_fp8_tiny", "gguf/deepseek3-fp8-tiny.f32.gguf", "deepseek3-fp8-tiny"},
+};
+
+std::vector<int32_t> to_i32(const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
+
+float rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0, r = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    m = std::max(m, std::fabs(a[i] - b[i]));
+    r = std::max(r, std::fabs(b[i]));
+  }
+  return m / r;
+}
+
+std::string join(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+std::string run_stdout(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *status = pclose(p);
+  return out;
+}
+
+std::vector<float> all_logits(Model& model, const std::vector<int32_t>& ids) {
+  Session session(model, (int)ids.size());
+  return session.feed(ids, true);
+}
+
+// Prefill in one batch, then one token per step with the latent cache.
+std::vector<int32_t> greedy(Model& model, const std::vector<int32_t>& prompt, size_t n) {
+  const int V = model.config().n_vocab;
+  Session s(model, 64);
+  const float* logits = s.feed(prompt).data();
+  std::vector<int32_t> out;
+  while (out.size() < n) {
+    out.push_back((int32_t)(std::max_element(logits, logits + V) - logits));
+    logits = s.feed({out.back()}).data();
+  }
+  return out;
+}
+
+class DeepseekFixture : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DeepseekFixture, BothMlaFormsMatchTransformers) {
+  const Case& c = GetParam();
+  const auto ref = safetensors::open(kFixtures + c.fixture + "/reference.safetensors");
+  const std::vector<float> want = ref.read_f32("logits");
+  std::vector<float> per_form[2];
+  for (MlaForm form : {MlaForm::Absorbed, MlaForm::Plain}) {
+    LoadOptions o;
+    o.n_threads = 2;
+    o.mla_form = form;
+    auto model = load_model(kFixtures + c.path, o);
+    std::vector<float>& got = per_form[form == MlaForm::Plain];
+    got = all_logits(*model, to_i32(ref.read_i64("input_ids")));
+    const float err = rel_error(got, want);
+    const char* fname = form == MlaForm::Plain ? "plain" : "absorbed";
+    std::printf("[ %s %s ] relative error %.3g\n", c.name, fname, err);
+    EXPECT_LE(err, 1e-3f) << c.name << " " << fname;
+    RecordProperty(std::string("relative_error_") + fname, std::to_string(err));
+    EXPECT_EQ(greedy(*model, to_i32(ref.read_i64("prompt_ids")), 16), to_i32(ref.read_i64("greedy_ids")))
+        << c.name << " " << fname;
+  }
+  // The two forms are the same sums in a different order.
+  EXPECT_LE(rel_error(per_form[0], per_form[1]), 1e-5f) << c.name;
+}
+
+TEST_P(DeepseekFixture, CliLogitsAndGreedyIds) {
+  const Case& c = GetParam();
+  const std::string path = kFixtures + c.path;
+  const auto ref = safetensors::open(kFixtures + c.fixture + "/reference.safetensors");
+  const std::string out = (fs::temp_directory_path() / ("spool_ds_" + std::to_string(getpid()) + ".st")).string();
+  int status = -1;
+  run_stdout(kBin + " logits -m " + path + " -t 2 --ids " + join(to_i32(ref.read_i64("input_ids"))) + " --out " + out +
+                 " 2>&1",
+             &status);
+  ASSERT_EQ(status, 0);
+  EXPECT_LE(rel_error(safetensors::open(out).read_f32("logits"), ref.read_f32("logits")), 1e-3f);
+  fs::remove(out);
+  const std::string ids = run_stdout(kBin + " run -m " + path + " -t 2 --prompt-ids " +
+                                         join(to_i32(ref.read_i64("prompt_ids"))) +
+                                         " -n 16 --temp 0 --output-ids 2>/dev/null",
+                                     &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(ids, join(to_i32(ref.read_i64("greedy_ids"))) + "\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Deepseek, DeepseekFixture, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The cache keeps only the latent and the rope key: 3 layers x (32 + 16) floats.
+TEST(DeepseekKv, CacheHoldsLatentAndRopeKeyOnly) {
+  for (const char* path : {"deepseek3-tiny", "gguf/deepseek3-tiny.f32.gguf"}) {
+    auto model = load_model(kFixtures + path, LoadOptions{1});
+    const KvShape s = model->kv_shape();
+    EXPECT_EQ(s.n_head_kv, 1) << path;
+    EXPECT_EQ(s.k_row(), 32 + 16) << path;
+    EXPECT_EQ(s.v_row(), 0) << path;
+    Session session(*model, 8);
+    session.feed({1, 2, 3});
+  }
+  int status = -1;
+  const std::string out = run_stdout(kBin + " inspect -m " + kFixtures + "deepseek3-tiny 2>&1", &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_NE(out.find("576 bytes/token"), std::string::npos) << out;  // 4 B x 3 x 48
+}
+
+// ---- router -------------------------------------------------------------------
+
+ModelConfig router_config() {
+  ModelConfig c;
+  c.n_expert = 8;
+  c.n_expert_used = 2;
+  c.expert_gating = ExpertGating::Sigmoid;
+  c.expert_weights_norm = true;
+  c.expert_weights_scale = 2.5f;
+  c.n_expert_group = 2;
+  c.n_expert_group_used = 1;
+  return c;
+}
+
+float logit(float p) { return std::log(p / (1 - p)); }
+
+TEST(DeepseekRouter, GroupsBiasNormalizationAndScale) {
+  const ModelConfig c = router_config();
+  // Group 0 (experts 0-3) holds the single best score, group 1 the best pair.
+  float logits[8];
+  const float p[8] = {0.9f, 0.1f, 0.1f, 0.1f, 0.6f, 0.6f, 0.1f, 0.1f};
+  for (int e = 0; e < 8; ++e) logits[e] = logit(p[e]);
+  int32_t ids[2];
+  float w[2];
+  route_experts(c, logits, nullptr, 1, ids, w);
+  EXPECT_EQ(ids[0], 4);  // group 1 wins on its top-2 sum (1.2 > 1.0); expert 0 is out
+  EXPECT_EQ(ids[1], 5);
+  EXPECT_NEAR(w[0], 0.5f * 2.5f, 1e-5f);
+  EXPECT_NEAR(w[1], 0.5f * 2.5f, 1e-5f);
+  // The bias changes the choice but not the weights.
+  const float bias[8] = {0, 0.5f, 0, 0, 0, 0, 0, 0};
+  route_experts(c, logits, bias, 1, ids, w);
+  EXPECT_EQ(ids[0], 0);  // group 0: 0.9 + 0.6 (biased) = 1.5
+  EXPECT_EQ(ids[1], 1);
+  EXPECT_NEAR(w[0], 0.9f / 1.0f * 2.5f, 1e-5f);
+  EXPECT_NEAR(w[1], 0.1f / 1.0f * 2.5f, 1e-5f);
+}
+
+TEST(DeepseekRouter, SoftmaxWithoutGroupsIsPlainTopK) {
+  ModelConfig c = router_config();
+  c.expert_gating = ExpertGating::Softmax;
+  c.n_expert_group = 0;
+  c.expert_weights_norm = false;
+  c.expert_weights_scale = 1.0f;
+  const float logits[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  int32_t ids[2];
+  float w[2];
+  route_experts(c, logits, nullptr, 1, ids, w);
+  EXPECT_EQ(ids[0], 7);
+  EXPECT_EQ(ids[1], 6);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(l - 7.0);
+  EXPECT_NEAR(w[0], 1.0 / sum, 1e-6);
+}
+
+}  // namespace
