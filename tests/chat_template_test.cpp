@@ -1,8 +1,11 @@
 // Chat templates and the Jinja-subset engine under them: the tok-qwen2 and
 // tok-llama3 fixtures' conversations render byte for byte as Hugging Face's
 // apply_chat_template does; each statement, expression, filter, test and method
-// on its own; and errors (syntax, unknown filter, raise_exception) name the place.
+// on its own; errors (syntax, unknown filter, raise_exception) name the place;
+// and `spool run --chat` feeds the model exactly the rendered prompt.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -333,6 +336,72 @@ TEST(Jinja, ToolCallingTemplate) {
             "<|im_start|>system\nS\n\n# Tools\n<tools>\n{\"name\": \"get\", \"parameters\": {\"a\": 1}}\n</tools>"
             "<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get\", "
             "\"arguments\": {\"a\": 2}}\n</tool_call><|im_end|>\n1<|im_start|>assistant\n");
+}
+
+// ---- spool run --chat -------------------------------------------------------------
+
+struct RunResult {
+  int status = -1;
+  std::string out, err;
+};
+
+RunResult spool_cli(const std::string& dir, const std::string& args) {
+  const std::string out = dir + "/stdout", err = dir + "/stderr";
+  const int rc = std::system((std::string(SPOOL_BIN) + " " + args + " >" + out + " 2>" + err).c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(out), slurp(err)};
+}
+
+// A model directory of `fixture`'s files plus `template_fixture`'s chat template;
+// tokenizer_config.json replaced by `tokenizer_config` when given.
+std::string model_with_template(const std::string& dir, const std::string& fixture,
+                                const std::string& template_fixture, const std::string& tokenizer_config = "") {
+  const std::string model = dir + "/" + fixture;
+  fs::create_directory(model);
+  for (const auto& f : fs::directory_iterator(kShared + "/fixtures/" + fixture))
+    if (tokenizer_config.empty() || f.path().filename() != "tokenizer_config.json")
+      fs::create_symlink(f.path(), model + "/" + f.path().filename().string());
+  if (!tokenizer_config.empty()) std::ofstream(model + "/tokenizer_config.json") << tokenizer_config;
+  fs::copy_file(kShared + "/fixtures/" + template_fixture + "/chat_template.jinja", model + "/chat_template.jinja");
+  return model;
+}
+
+// Random-weight models given the tok-* templates: --chat must generate what the
+// plain rendered prompt generates, with BOS added once when the template writes it.
+TEST(ChatTemplate, RunChatFeedsTheRenderedPrompt) {
+  std::string dir = (fs::temp_directory_path() / "spool-chat-test-XXXXXX").string();
+  ASSERT_TRUE(mkdtemp(dir.data()));
+  const std::string common = " -n 6 --temp 0 --output-ids -t 1";
+  {  // qwen2: no BOS; the template adds a default system message when none is given
+    const std::string model = model_with_template(dir, "qwen2-tiny", "tok-qwen2");
+    std::ofstream(dir + "/qwen.txt", std::ios::binary)
+        << "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n";
+    const RunResult chat = spool_cli(dir, "run -m " + model + " --chat -p 'Hi there' --system 'Be brief.'" + common);
+    const RunResult plain_run = spool_cli(dir, "run -m " + model + " -f " + dir + "/qwen.txt" + common);
+    EXPECT_EQ(chat.status, 0) << chat.err;
+    EXPECT_FALSE(chat.out.empty());
+    EXPECT_EQ(chat.out, plain_run.out);
+    EXPECT_NE(chat.err.find("prompt 36 tokens"), std::string::npos) << chat.err;
+    EXPECT_NE(plain_run.err.find("prompt 36 tokens"), std::string::npos) << plain_run.err;
+  }
+  {  // llama3 with add_bos_token: the template writes <|begin_of_text|>, so no second BOS
+    const std::string model = model_with_template(
+        dir, "llama-tiny", "tok-llama3",
+        R"({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "add_bos_token": true})");
+    std::ofstream(dir + "/llama.txt", std::ios::binary)
+        << "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    const RunResult chat = spool_cli(dir, "run -m " + model + " --chat -p ' Hi '" + common);
+    const RunResult plain_run = spool_cli(dir, "run -m " + model + " --no-bos -f " + dir + "/llama.txt" + common);
+    const RunResult doubled = spool_cli(dir, "run -m " + model + " -f " + dir + "/llama.txt" + common);
+    EXPECT_EQ(chat.status, 0) << chat.err;
+    EXPECT_EQ(chat.out, plain_run.out);
+    EXPECT_NE(chat.err.find("prompt 21 tokens"), std::string::npos) << chat.err;
+    EXPECT_NE(doubled.err.find("prompt 22 tokens"), std::string::npos) << doubled.err;  // BOS added twice
+  }
+  const RunResult none = spool_cli(dir, "run -m " + kShared + "/fixtures/qwen2-tiny --chat -p hi -n 1");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("no chat template"), std::string::npos) << none.err;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "cli_common.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/chat_template.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "runtime/text_stream.h"
@@ -13,18 +14,46 @@ namespace spool::cli {
 namespace {
 
 struct RunOptions {
-  std::string model, prompt, prompt_file, prompt_ids;
+  std::string model, prompt, prompt_file, prompt_ids, system;
   int n_predict = -1, n_threads = 0, n_ctx = 0, n_batch = 512;
-  bool output_ids = false, no_bos = false, verbose = false;
+  bool output_ids = false, no_bos = false, verbose = false, chat = false;
   std::vector<std::string> stop;
   SamplingParams sampling;
 };
 
-std::vector<int32_t> prompt_tokens(const RunOptions& o, const Tokenizer& tok) {
-  if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
+// --chat: the text as one user message (after an optional system message), rendered
+// by the model's chat template with the assistant's turn opened. BOS is added only
+// when the tokenizer wants it and the template did not already write it.
+std::vector<int32_t> chat_tokens(const RunOptions& o, const Model& model, const std::string& text) {
+  const std::string source = chat_template_source(model.file());
+  if (source.empty())
+    throw Error("--chat: the model has no chat template (GGUF tokenizer.chat_template, or chat_template in "
+                "tokenizer_config.json / chat_template.jinja); run without --chat");
+  const Tokenizer& tok = model.tokenizer();
+  const auto token = [&](int32_t id) { return id >= 0 ? tok.token_text(id) : std::string(); };
+  std::vector<ChatMessage> messages;
+  if (!o.system.empty()) messages.push_back({"system", o.system});
+  messages.push_back({"user", text});
+  const std::string prompt = ChatTemplate(source).render(messages, true, token(tok.bos()), token(tok.eos()));
+  if (o.verbose) std::fprintf(stderr, "spool: chat prompt:\n%s\n", prompt.c_str());
+  const std::string bos = token(tok.bos());
+  const bool add_bos = !o.no_bos && tok.add_bos() && tok.bos() >= 0 && !(!bos.empty() && prompt.starts_with(bos));
+  std::vector<int32_t> ids;
+  if (add_bos) ids.push_back(tok.bos());
+  const std::vector<int32_t> body = tok.encode(prompt, false, true);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+std::vector<int32_t> prompt_tokens(const RunOptions& o, const Model& model) {
+  if (!o.prompt_ids.empty()) {
+    if (o.chat) throw Error("--chat takes -p or -f, not --prompt-ids");
+    return parse_ids(o.prompt_ids);
+  }
   if (!o.prompt.empty() && !o.prompt_file.empty()) throw Error("give either -p or -f, not both");
+  if (!o.system.empty() && !o.chat) throw Error("--system needs --chat");
   const std::string text = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file);
-  std::vector<int32_t> ids = tok.encode(text, !o.no_bos, true);
+  std::vector<int32_t> ids = o.chat ? chat_tokens(o, model, text) : model.tokenizer().encode(text, !o.no_bos, true);
   if (ids.empty()) throw Error("the prompt is empty; pass one with -p TEXT or -f FILE");
   return ids;
 }
@@ -38,7 +67,7 @@ void run(const RunOptions& o) {
   std::fprintf(stderr, "spool: %s (%s, %d layers, %d threads, weights %s) loaded in %.2f s\n", cfg.name.c_str(),
                cfg.arch.c_str(), cfg.n_layer, model->pool().size(), model->weights().mode(), now_seconds() - t_load);
 
-  const std::vector<int32_t> prompt = prompt_tokens(o, tok);
+  const std::vector<int32_t> prompt = prompt_tokens(o, *model);
   for (int32_t id : prompt)
     if (id < 0 || id >= cfg.n_vocab) throw Error("prompt token id " + std::to_string(id) + " is out of range");
   if ((int)prompt.size() >= n_ctx)
@@ -102,6 +131,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)");
   cmd->add_option("-b,--batch-size", o->n_batch, "Prompt tokens per forward pass")->capture_default_str();
   cmd->add_flag("--no-bos", o->no_bos, "Do not add BOS/EOS to the prompt");
+  cmd->add_flag("--chat", o->chat, "Treat the prompt as a user message and apply the model's chat template");
+  cmd->add_option("--system", o->system, "With --chat: a system message before the user's");
+  cmd->add_flag("-v,--verbose", o->verbose, "With --chat: print the rendered prompt to stderr");
   cmd->add_flag("--output-ids", o->output_ids, "Print generated token ids (comma-separated) instead of text");
   cmd->callback([o] { run(*o); });
 }
