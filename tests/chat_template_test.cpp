@@ -338,6 +338,36 @@ TEST(Jinja, ToolCallingTemplate) {
             "\"arguments\": {\"a\": 2}}\n</tool_call><|im_end|>\n1<|im_start|>assistant\n");
 }
 
+// Idioms of released models' templates: reasoning split-off, alternation checks,
+// tests on booleans, conditional tojson, dict.get and messages[1:].
+TEST(Jinja, RealTemplateIdioms) {
+  const std::string t = R"({%- set ns = namespace(last=-1) %}
+{%- for m in messages %}
+    {%- if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}
+        {{- raise_exception('roles must alternate') }}
+    {%- endif %}
+    {%- if m.role == 'assistant' %}
+        {%- set content = m.content.split('</think>')[-1].lstrip('\n') %}
+        {%- set reasoning = m.content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+        {{- '[A:' + content + '|R:' + reasoning + ']' }}
+        {%- for c in m.tool_calls | default([]) %}
+            {{- c.arguments if c.arguments is string else c.arguments | tojson }}
+        {%- endfor %}
+    {%- else %}
+        {{- '[' ~ m.get('name', 'anon') ~ ':' ~ m.content | trim ~ ']' }}
+    {%- endif %}
+{%- endfor %}
+{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>' }}{% endif %}
+{{- messages[1:] | length }})";
+  const std::string vars = R"({"enable_thinking":false,"messages":[
+    {"role":"user","content":"  q ","name":"bob"},
+    {"role":"assistant","content":"<think>\nhmm\n</think>\n\nok","tool_calls":[{"arguments":{"a":1}},{"arguments":"{}"}]},
+    {"role":"user","content":"again"}]})";
+  EXPECT_EQ(render(t, vars), "[bob:q][A:ok|R:hmm]{\"a\": 1}{}[anon:again]<think>\n\n</think>2");
+  EXPECT_NE(error_of(t, R"({"messages":[{"role":"assistant","content":"x"}]})").find("roles must alternate"),
+            std::string::npos);
+}
+
 // ---- spool run --chat -------------------------------------------------------------
 
 struct RunResult {
