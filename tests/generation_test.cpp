@@ -6,22 +6,14 @@
 #include <cstdio>
 #include <string>
 
+#include "test_util.h"
+
 namespace {
+
+using namespace spool::test;
 
 const std::string kShared = SPOOL_SHARED_DIR;
 const std::string kBin = SPOOL_BIN;
-
-// Runs a command, returns its stdout and exit status.
-std::string run_stdout(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *status = pclose(p);
-  return out;
-}
 
 TEST(Generation, Stories260KGreedyMatchesLlamaCpp) {
   int status = -1;
@@ -29,10 +21,11 @@ TEST(Generation, Stories260KGreedyMatchesLlamaCpp) {
                                          "/models/stories260K.gguf -p \"Once upon a time\" -n 64 --temp 0 -t 2 2>/dev/null",
                                      &status);
   EXPECT_EQ(status, 0);
-  const std::string want_start =
+  // llama.cpp's llama-completion prints exactly these 175 bytes (64 tokens).
+  const std::string want =
       ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. "
       "She wanted to play with it, but it was too high.\nLily's mom said";
-  EXPECT_EQ(out.substr(0, want_start.size()), want_start) << "got: " << out;
+  EXPECT_EQ(out, want);
 }
 
 TEST(Generation, OutputIdsAndPromptIds) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "format/hf_checkpoint.h"
@@ -31,38 +32,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using namespace spool::test;
+
 const std::string kFixtures = std::string(SPOOL_SHARED_DIR) + "/fixtures/";
 const std::string kBin = SPOOL_BIN;
 const char* kDense[] = {"llama-tiny", "qwen2-tiny", "qwen3-tiny"};
-
-std::vector<int32_t> to_i32(const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
-
-// max |a - b| / max |b|
-float rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-  float m = 0, r = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    m = std::max(m, std::fabs(a[i] - b[i]));
-    r = std::max(r, std::fabs(b[i]));
-  }
-  return m / r;
-}
-
-std::string join(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return s;
-}
-
-std::string run_stdout(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *status = pclose(p);
-  return out;
-}
 
 // A fresh directory under the system temp dir, removed when the test ends.
 struct TempDir {
@@ -82,24 +56,6 @@ void copy_side_files(const std::string& fixture, const fs::path& dir) {
   for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(kFixtures + fixture + "/" + f, dir / f, fs::copy_options::overwrite_existing);
   fs::permissions(dir / "config.json", fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
-}
-
-// Logits of all positions of ids, and greedy ids from prompt with the KV cache.
-std::vector<float> all_logits(Model& model, const std::vector<int32_t>& ids) {
-  Session session(model, (int)ids.size());
-  return session.feed(ids, true);
-}
-
-std::vector<int32_t> greedy(Model& model, const std::vector<int32_t>& prompt, size_t n) {
-  const int V = model.config().n_vocab;
-  Session s(model, 64);
-  const float* logits = s.feed(prompt).data();
-  std::vector<int32_t> out;
-  while (out.size() < n) {
-    out.push_back((int32_t)(std::max_element(logits, logits + V) - logits));
-    logits = s.feed({out.back()}).data();
-  }
-  return out;
 }
 
 class HfFixture : public ::testing::TestWithParam<const char*> {};

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "format/safetensors.h"
+#include "test_util.h"
 #include "model/model.h"
 #include "runtime/session.h"
 
@@ -17,22 +18,9 @@ using namespace spool;
 
 namespace {
 
+using namespace spool::test;
+
 const std::string kShared = SPOOL_SHARED_DIR;
-
-std::vector<int32_t> to_i32(const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
-
-float max_abs(const std::vector<float>& v) {
-  float m = 0;
-  for (float x : v) m = std::max(m, std::fabs(x));
-  return m;
-}
-
-// max |a - b| / max |b|
-float rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-  float m = 0;
-  for (size_t i = 0; i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m / max_abs(b);
-}
 
 int argmax(const float* x, int n) { return (int)(std::max_element(x, x + n) - x); }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "format/gguf_writer.h"
@@ -33,56 +34,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using namespace spool::test;
+
 const std::string kFixtures = std::string(SPOOL_SHARED_DIR) + "/fixtures/";
 const std::string kBin = SPOOL_BIN;
 const char* kMoe[] = {"mixtral-tiny", "qwen3moe-tiny"};
-
-std::vector<int32_t> to_i32(const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
-
-// max |a - b| / max |b| over rows [row0, row1) of width n (all rows by default).
-float rel_error(const std::vector<float>& a, const std::vector<float>& b, size_t n = 0, size_t row = 0) {
-  const size_t lo = n ? row * n : 0, hi = n ? lo + n : b.size();
-  float m = 0, r = 0;
-  for (size_t i = lo; i < hi; ++i) {
-    m = std::max(m, std::fabs(a[i] - b[i]));
-    r = std::max(r, std::fabs(b[i]));
-  }
-  return m / r;
-}
-
-std::string join(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return s;
-}
-
-std::string run_stdout(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *status = pclose(p);
-  return out;
-}
-
-std::vector<float> all_logits(Model& model, const std::vector<int32_t>& ids) {
-  Session session(model, (int)ids.size());
-  return session.feed(ids, true);
-}
-
-std::vector<int32_t> greedy(Model& model, const std::vector<int32_t>& prompt, size_t n) {
-  const int V = model.config().n_vocab;
-  Session s(model, 64);
-  const float* logits = s.feed(prompt).data();
-  std::vector<int32_t> out;
-  while (out.size() < n) {
-    out.push_back((int32_t)(std::max_element(logits, logits + V) - logits));
-    logits = s.feed({out.back()}).data();
-  }
-  return out;
-}
 
 // Logits error and greedy ids of `path` (HF dir or GGUF) against fixture's reference.
 float check_against_reference(const std::string& path, const std::string& fixture, bool check_greedy) {

@@ -1,0 +1,67 @@
+// Helpers shared by the tests that compare spool with reference data: running
+// the CLI, relative errors, full-sequence logits and greedy decoding.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/session.h"
+
+namespace spool::test {
+
+inline std::vector<int32_t> to_i32(const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
+
+// max |a - b| / max |b|, over row `row` of width n when n > 0, else over everything.
+inline float rel_error(const std::vector<float>& a, const std::vector<float>& b, size_t n = 0, size_t row = 0) {
+  const size_t lo = n ? row * n : 0, hi = n ? lo + n : b.size();
+  float m = 0, r = 0;
+  for (size_t i = lo; i < hi; ++i) {
+    m = std::max(m, std::fabs(a[i] - b[i]));
+    r = std::max(r, std::fabs(b[i]));
+  }
+  return m / r;
+}
+
+inline std::string join(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+// Runs a shell command; returns its stdout and stores its exit status.
+inline std::string run_stdout(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *status = pclose(p);
+  return out;
+}
+
+// Logits of every position of ids, evaluated as one sequence: [ids.size(), n_vocab].
+inline std::vector<float> all_logits(Model& model, const std::vector<int32_t>& ids) {
+  Session session(model, (int)ids.size());
+  return session.feed(ids, true);
+}
+
+// n greedy tokens after prompt, decoded one at a time with the KV cache.
+inline std::vector<int32_t> greedy(Model& model, const std::vector<int32_t>& prompt, size_t n) {
+  const int V = model.config().n_vocab;
+  Session s(model, (int)(prompt.size() + n + 1));
+  const float* logits = s.feed(prompt).data();
+  std::vector<int32_t> out;
+  while (out.size() < n) {
+    out.push_back((int32_t)(std::max_element(logits, logits + V) - logits));
+    if (out.size() < n) logits = s.feed({out.back()}).data();
+  }
+  return out;
+}
+
+}  // namespace spool::test
