@@ -63,11 +63,11 @@ def speed(args):
     rows, spool_info, llama_info = [], {}, {}
     for t in args.types.split():
         spool, llama = {}, {}
-        for f in sorted(glob.glob(os.path.join(args.run_dir, f"spool-{t}-*.json"))):
+        for f in sorted(glob.glob(os.path.join(args.run_dir, f"spool-{t}-[0-9]*.json"))):
             s, spool_info = spool_samples(f)
             for k, v in s.items():
                 spool.setdefault(k, []).extend(v)
-        for f in sorted(glob.glob(os.path.join(args.run_dir, f"llama-{t}-*.json"))):
+        for f in sorted(glob.glob(os.path.join(args.run_dir, f"llama-{t}-[0-9]*.json"))):
             s, llama_info = llama_samples(f)
             for k, v in s.items():
                 llama.setdefault(k, []).extend(v)
