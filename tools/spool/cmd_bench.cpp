@@ -134,7 +134,7 @@ void bench(const BenchOptions& o) {
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed (llama-bench's pp/tg tests)");
-  cmd->add_option("-m,--model", o->model, "Model file (GGUF)");
+  cmd->add_option("-m,--model", o->model, "Model: GGUF file or Hugging Face directory");
   cmd->add_option("-t,--threads", o->n_threads, "Threads (default: all cores)");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens in the prefill test (0: skip)")->capture_default_str();
   cmd->add_option("-n,--n-gen", o->n_gen, "Tokens generated in the decode test (0: skip)")->capture_default_str();

@@ -116,8 +116,8 @@ void inspect(const InspectOptions& o) {
 
 void add_inspect_command(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Describe a GGUF model: metadata, tokenizer, tensors, KV cost");
-  cmd->add_option("model,-m,--model", o->model, "Model file (GGUF)");
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe a model (GGUF or HF directory): metadata, tokenizer, tensors, KV cost");
+  cmd->add_option("model,-m,--model", o->model, "Model: GGUF file or Hugging Face directory");
   cmd->add_flag("--tensors", o->tensors, "List every tensor (name, type, shape, bytes)");
   cmd->add_flag("--metadata", o->all_metadata, "Print every metadata key");
   cmd->callback([o] { inspect(*o); });
