@@ -63,22 +63,7 @@ TEST_P(MoeFixture, HfDirectoryMatchesTransformers) {
 }
 
 TEST_P(MoeFixture, CliLogitsAndGreedyIds) {
-  const std::string dir = kFixtures + GetParam();
-  const auto ref = safetensors::open(dir + "/reference.safetensors");
-  const std::string out = (fs::temp_directory_path() / ("spool_moe_" + std::to_string(getpid()) + ".st")).string();
-  int status = -1;
-  run_stdout(kBin + " logits -m " + dir + " -t 2 --ids " + join(to_i32(ref.read_i64("input_ids"))) + " --out " + out +
-                 " 2>&1",
-             &status);
-  ASSERT_EQ(status, 0);
-  EXPECT_LE(rel_error(safetensors::open(out).read_f32("logits"), ref.read_f32("logits")), 1e-3f);
-  fs::remove(out);
-  const std::string ids = run_stdout(kBin + " run -m " + dir + " -t 2 --prompt-ids " +
-                                         join(to_i32(ref.read_i64("prompt_ids"))) +
-                                         " -n 16 --temp 0 --output-ids 2>/dev/null",
-                                     &status);
-  EXPECT_EQ(status, 0);
-  EXPECT_EQ(ids, join(to_i32(ref.read_i64("greedy_ids"))) + "\n");
+  expect_cli_matches_reference(kBin, kFixtures + GetParam(), kFixtures + GetParam() + "/reference.safetensors");
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, MoeFixture, ::testing::ValuesIn(kMoe), [](const auto& info) {

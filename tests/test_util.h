@@ -2,13 +2,18 @@
 // the CLI, relative errors, full-sequence logits and greedy decoding.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "format/safetensors.h"
 #include "model/model.h"
 #include "runtime/session.h"
 
@@ -62,6 +67,29 @@ inline std::vector<int32_t> greedy(Model& model, const std::vector<int32_t>& pro
     if (out.size() < n) logits = s.feed({out.back()}).data();
   }
   return out;
+}
+
+// Through the CLI: `spool logits` on the reference's input_ids stays within
+// 1e-3 * max|ref| of its logits, and greedy `spool run --prompt-ids` prints
+// exactly its greedy_ids.
+inline void expect_cli_matches_reference(const std::string& bin, const std::string& model,
+                                         const std::string& reference) {
+  const auto ref = safetensors::open(reference);
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("spool_cli_ref_" + std::to_string(getpid()) + ".st")).string();
+  int status = -1;
+  run_stdout(bin + " logits -m " + model + " -t 2 --ids " + join(to_i32(ref.read_i64("input_ids"))) + " --out " +
+                 out + " 2>&1",
+             &status);
+  ASSERT_EQ(status, 0) << model;
+  EXPECT_LE(rel_error(safetensors::open(out).read_f32("logits"), ref.read_f32("logits")), 1e-3f) << model;
+  std::filesystem::remove(out);
+  const std::string ids = run_stdout(bin + " run -m " + model + " -t 2 --prompt-ids " +
+                                         join(to_i32(ref.read_i64("prompt_ids"))) +
+                                         " -n 16 --temp 0 --output-ids 2>/dev/null",
+                                     &status);
+  EXPECT_EQ(status, 0) << model;
+  EXPECT_EQ(ids, join(to_i32(ref.read_i64("greedy_ids"))) + "\n") << model;
 }
 
 }  // namespace spool::test
