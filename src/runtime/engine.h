@@ -1,0 +1,108 @@
+// The serving engine: many requests over one model at once. Requests are
+// submitted from any thread (the HTTP server, the pipeline runtime, tests);
+// one scheduler thread runs continuous batching over a paged KV cache with
+// prefix sharing, and reports each request's progress through its callback.
+//
+// Scheduling (runtime/scheduler.*): a token budget per step, running decodes
+// first, then chunked prefill of waiting requests (FCFS within priority);
+// when KV blocks run out a running request is preempted (its blocks freed, it
+// is recomputed later), never a crash. A step's batch goes through
+// Model::forward once, so each weight is read once per step for all sequences.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/sampler.h"
+
+namespace spool {
+
+using RequestId = uint64_t;
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct RequestParams {
+  std::vector<int32_t> prompt;        // token ids, BOS included when the model wants one
+  int max_tokens = 256;               // generated tokens at most (context permitting)
+  SamplingParams sampling;
+  std::vector<std::string> stop;      // stop strings (never part of the returned text)
+  bool ignore_eos = false;
+  int top_logprobs = -1;              // -1: no logprobs; 0..20: the chosen token's logprob and this many alternatives
+  int priority = 0;                   // higher first; FCFS within a priority
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+// One callback per step in which the request made progress, on the engine thread.
+// Keep it short (queue the event for the HTTP connection, do not block).
+struct RequestEvent {
+  RequestId id = 0;
+  std::vector<int32_t> tokens;        // tokens sampled in this step (usually one)
+  std::string text;                   // new text, UTF-8 complete, stop strings held back/removed
+  std::vector<TokenLogprob> logprobs; // chosen token per token, when asked
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // alternatives per token, when asked
+  bool finished = false;
+  FinishReason reason = FinishReason::None;
+  std::string error;                  // reason == Error
+  // Filled on the finishing event:
+  int prompt_tokens = 0;
+  int cached_tokens = 0;              // prompt tokens served from the prefix cache
+  int completion_tokens = 0;
+};
+using RequestCallback = std::function<void(const RequestEvent&)>;
+
+struct EngineOptions {
+  int n_ctx = 4096;             // positions per request at most
+  int max_running = 8;          // sequences decoded together at most (--parallel)
+  int max_batch_tokens = 512;   // tokens per step (decodes + prefill chunks)
+  int max_waiting = 64;         // queue length; submit() throws QueueFull beyond it
+  int block_size = 16;          // KV positions per block
+  uint64_t kv_bytes = 0;        // KV pool size; 0: enough for max_running full contexts
+  bool prefix_cache = true;
+};
+
+struct EngineStats {
+  int running = 0, waiting = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0;
+  uint64_t prefix_hit_tokens = 0;     // prompt tokens not recomputed thanks to the prefix cache
+  int kv_blocks_total = 0;
+  int kv_blocks_used = 0;             // held by requests (running or preempted)
+  int kv_blocks_cached = 0;           // unreferenced but kept for prefix reuse
+  uint64_t preemptions = 0;
+  uint64_t requests_finished = 0;
+  // Latency samples since start, seconds (for histograms).
+  std::vector<double> ttft, inter_token;
+};
+
+class QueueFull : public std::runtime_error { using std::runtime_error::runtime_error; };
+class InvalidRequest : public std::runtime_error { using std::runtime_error::runtime_error; };  // e.g. prompt longer than n_ctx
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Thread-safe. Throws InvalidRequest (empty prompt, prompt + 1 > n_ctx, bad
+  // parameters) or QueueFull; otherwise the callback will see exactly one
+  // finished event.
+  virtual RequestId submit(RequestParams params, RequestCallback callback) = 0;
+  // Thread-safe; the request finishes with FinishReason::Cancelled and its
+  // blocks are released. Unknown or finished ids are ignored.
+  virtual void cancel(RequestId id) = 0;
+  virtual EngineStats stats() const = 0;
+  virtual Model& model() = 0;
+  virtual const EngineOptions& options() const = 0;
+};
+
+// Starts the scheduler thread; it stops (cancelling what is left) when the
+// engine is destroyed.
+std::unique_ptr<Engine> make_engine(Model& model, const EngineOptions& options);
+
+}  // namespace spool
