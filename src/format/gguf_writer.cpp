@@ -337,16 +337,10 @@ uint64_t Writer::data_bytes() const {
   return total;
 }
 
-void Writer::begin(const std::string& path) {
-  if (sink_) throw Error("GGUF writer: begin() called twice");
+std::vector<uint8_t> Writer::serialize_header() const {
   const uint64_t align = alignment();
-  uint64_t offset = 0;
-  for (Tensor& t : tensors_) {
-    t.offset = offset;
-    offset = align_up(offset + t.bytes, align);
-  }
   Bytes b;
-  b.out.insert(b.out.end(), {'G', 'G', 'U', 'F'});
+  for (char c : {'G', 'G', 'U', 'F'}) b.put<uint8_t>((uint8_t)c);
   b.put<uint32_t>(3);
   b.put<uint64_t>(tensors_.size());
   b.put<uint64_t>(kv_.size());
@@ -362,9 +356,23 @@ void Writer::begin(const std::string& path) {
     b.put<uint64_t>(t.offset);
   }
   b.out.resize(align_up(b.out.size(), align), 0);
+  return std::move(b.out);
+}
+
+uint64_t Writer::header_bytes() const { return serialize_header().size(); }
+
+void Writer::begin(const std::string& path) {
+  if (sink_) throw Error("GGUF writer: begin() called twice");
+  const uint64_t align = alignment();
+  uint64_t offset = 0;
+  for (Tensor& t : tensors_) {
+    t.offset = offset;
+    offset = align_up(offset + t.bytes, align);
+  }
+  const std::vector<uint8_t> header = serialize_header();
   path_ = path;
   sink_ = std::make_unique<Sink>(path + ".part");
-  sink_->append(b.out.data(), b.out.size());
+  sink_->append(header.data(), header.size());
 }
 
 void Writer::start_tensor(size_t index) {

@@ -1,5 +1,7 @@
 // `spool synth`: write a random-weight GGUF with a real model's shapes and a
 // real tokenizer, in any supported quant type, for benchmarks and tests.
+// DeepSeek-V3 / Kimi-K2 (deepseek2) presets print their plan first and can be
+// fitted to a file size (--target-size) or only planned (--dry-run).
 // With --verify the file is loaded back and one forward pass must give
 // finite logits.
 #include <cmath>
@@ -8,6 +10,7 @@
 #include "cli_common.h"
 #include "core/error.h"
 #include "model/synth.h"
+#include "model/synth_deepseek2.h"
 #include "runtime/session.h"
 
 namespace spool::cli {
@@ -15,6 +18,7 @@ namespace {
 
 struct SynthCliOptions {
   SynthOptions synth;
+  std::string target_size;
   bool verify = false;
 };
 
@@ -32,7 +36,19 @@ void verify_model(const std::string& path, int n_threads) {
   std::fprintf(stderr, "spool: verified: forward pass over %zu tokens gives finite logits\n", tokens.size());
 }
 
-void synth(const SynthCliOptions& o) {
+void synth(SynthCliOptions o) {
+  if (!o.target_size.empty()) o.synth.target_size = parse_byte_size(o.target_size);
+  if (o.synth.dry_run || o.synth.arch == "deepseek2" || find_deepseek2_preset(o.synth.preset)) {
+    SynthOptions plan_only = o.synth;
+    plan_only.dry_run = true;
+    const SynthResult p = synth_model(plan_only);
+    std::fprintf(stderr, "%s", p.plan.c_str());
+    if (o.synth.dry_run) {
+      std::fprintf(stderr, "spool: dry run: nothing written (the file would be %.1f MB)\n", p.bytes / 1e6);
+      return;
+    }
+  }
+  if (o.synth.out.empty()) throw Error("synth needs an output file (--out FILE.gguf)");
   const SynthResult r = synth_model(o.synth);
   std::fprintf(stderr, "spool: wrote %s: %s %s, %d tensors, vocab %d (from %s), %.1f MB in %.2f s (%.0f MB/s)\n",
                r.path.c_str(), r.arch.c_str(), r.type.c_str(), r.n_tensors, r.n_vocab, r.vocab_from.c_str(),
@@ -47,18 +63,33 @@ void add_synth_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("synth", "Write a random-weight GGUF with a real model's shapes");
   std::string presets, types;
   for (const auto& p : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  cmd->add_option("--arch", o->synth.arch, "Architecture: llama, qwen2, qwen3 (default: the preset's)");
+  cmd->add_option("--arch", o->synth.arch, "Architecture: llama, qwen2, qwen3, deepseek2 (default: the preset's)");
   cmd->add_option("--preset", o->synth.preset, "Model shape: " + presets)->capture_default_str();
   cmd->add_option("--type", o->synth.type,
                   "Weight type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K, "
-                  "or llama.cpp's Q4_K_M mix")
+                  "or llama.cpp's Q4_K_M mix. deepseek2: the routed experts' type; with Q4_K / Q4_K_M the other "
+                  "matrices follow llama.cpp's Q4_K_M rules (output and every third ffn_down / ffn_down_shexp "
+                  "Q6_K, attn_k_b Q5_0 as 128-wide rows cannot be Q4_K, the rest Q4_K); router, exp_probs_b and "
+                  "norms F32")
       ->capture_default_str();
-  cmd->add_option("-o,--out", o->synth.out, "Output GGUF file")->required();
+  for (const auto& p : deepseek2_preset_names()) presets += ", " + p;
+  cmd->add_option("-o,--out", o->synth.out, "Output GGUF file (required unless --dry-run)");
   cmd->add_option("--vocab-from", o->synth.vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: ../shared/models/llama-2-tiny-random.gguf, "
-                  "or GPT-2's BPE vocab padded to size for the Qwen/Llama-3 presets)");
+                  "or GPT-2's BPE vocab padded to size for the Qwen/Llama-3 presets; for deepseek2 the 512-token "
+                  "byte-level BPE of ../shared/fixtures/gguf/qwen2-tiny.f32.gguf, so token_embd/output stay small)");
   cmd->add_option("--seed", o->synth.seed, "Random seed")->capture_default_str();
-  cmd->add_option("--layers", o->synth.n_layer, "Override the preset's layer count");
+  cmd->add_option("--layers,--n-layer", o->synth.n_layer, "Override the preset's layer count");
+  cmd->add_option("--n-expert", o->synth.n_expert, "deepseek2: routed experts per MoE layer (overrides the preset)");
+  cmd->add_option("--target-size", o->target_size,
+                  "deepseek2: fit the counts to a file of at most this size (24G, 512M; powers of 1024). Layers stay "
+                  "at --n-layer (default 8) and the routed-expert count is the largest (a multiple of the expert "
+                  "groups, up to the real count) that fits; if the real count fits, layers grow instead. With "
+                  "--n-expert, the layer count is fitted. Required by the *-scaled presets");
+  cmd->add_option("--router-skew", o->synth.router_skew,
+                  "deepseek2: skewed expert popularity through the router bias, exp_probs_b = -S * ln(1 + rank) "
+                  "with a random popularity rank per layer; 0 = uniform (default 0.05)");
+  cmd->add_flag("--dry-run", o->synth.dry_run, "deepseek2: print the plan (shapes, sizes, bytes/token) and write nothing");
   cmd->add_option("-t,--threads", o->synth.n_threads, "Threads for generating and quantizing (default: all cores)");
   cmd->add_flag("--verify", o->verify, "Load the written file and check a forward pass gives finite logits");
   cmd->callback([o] { synth(*o); });
