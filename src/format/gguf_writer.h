@@ -61,6 +61,11 @@ class Writer {
   // file's exact size, known before writing.
   uint64_t header_bytes() const;
 
+  // Write with O_DIRECT where the filesystem allows it (else buffered, as by
+  // default): for multi-GB files, whose page-cache write-back is slower than
+  // the device. Call before begin().
+  void set_direct_io(bool on) { direct_io_ = on; }
+
   // Opens `path` (written as path + ".part", renamed by finish()) and writes
   // the header, metadata and tensor directory.
   void begin(const std::string& path);
@@ -98,6 +103,7 @@ class Writer {
   size_t next_tensor_ = 0;
   uint64_t data_written_ = 0;  // bytes of the data section written so far
   bool finished_ = false;
+  bool direct_io_ = false;
 };
 
 }  // namespace spool::gguf
