@@ -504,6 +504,20 @@ TEST(SynthDeepseek2, RefusesBadOptionsAndDryRunWritesNothing) {
   EXPECT_FALSE(fs::exists(temp_dir() + "/cli.gguf"));
 }
 
+TEST(SynthDeepseek2, CliWritesVerifiesAndReportsRouting) {
+  int status = -1;
+  const std::string path = temp_dir() + "/cli-tiny.gguf";
+  const std::string out = test::run_stdout(kBin + " synth --preset deepseek2-tiny --type Q4_K -t 2 --verify -o " + path +
+                                               " --vocab-from " + kVocab + " 2>&1",
+                                           &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("layers 3 (1 dense + 2 MoE)"), std::string::npos) << out;  // the plan comes first
+  EXPECT_NE(out.find("gives finite logits"), std::string::npos) << out;
+  EXPECT_NE(out.find("layer 1: 32 tokens used"), std::string::npos) << out;
+  EXPECT_NE(out.find("layer 2: 32 tokens used"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(path));
+}
+
 // The O_DIRECT path of the GGUF writer (aligned staging, unaligned tail)
 // writes the same bytes as the buffered one.
 TEST(SynthDeepseek2, DirectIoWriterWritesTheSameBytes) {

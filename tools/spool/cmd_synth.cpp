@@ -3,15 +3,24 @@
 // DeepSeek-V3 / Kimi-K2 (deepseek2) presets print their plan first and can be
 // fitted to a file size (--target-size) or only planned (--dry-run).
 // With --verify the file is loaded back and one forward pass must give
-// finite logits.
+// finite logits; for a mixture of experts, tokens decoded one at a time must
+// also spread over the experts (a router that always picks the same ones
+// would make a useless benchmark).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <thread>
 
 #include "cli_common.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/arch_registry.h"
 #include "model/synth.h"
 #include "model/synth_deepseek2.h"
+#include "model/tokenizer.h"
 #include "runtime/session.h"
+#include "weights/weight_store.h"
 
 namespace spool::cli {
 namespace {
@@ -36,6 +45,70 @@ void verify_model(const std::string& path, int n_threads) {
   std::fprintf(stderr, "spool: verified: forward pass over %zu tokens gives finite logits\n", tokens.size());
 }
 
+// Counts acquires per tensor over a resident store: which experts each
+// decoded token was routed to.
+class CountingStore final : public WeightStore {
+ public:
+  explicit CountingStore(const Manifest& m) : WeightStore(m), inner_(make_resident_store(m)) {}
+  const char* mode() const override { return "counting"; }
+  void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) override {
+    std::vector<const TensorEntry*> mine;
+    for (const TensorEntry* t : tensors) mine.push_back(&inner(*t));
+    inner_->prepare_matmul_weights(mine, pool);
+  }
+  std::map<std::string, int> acquires;
+
+ protected:
+  const void* pin(const TensorEntry& t) override {
+    ++acquires[t.name];
+    return inner_->acquire(inner(t)).data();  // resident: stays valid after the ref goes
+  }
+  const void* packed(const TensorEntry& t) override { return inner_->acquire(inner(t)).mat().packed; }
+
+ private:
+  const TensorEntry& inner(const TensorEntry& t) const { return inner_->manifest().tensors[&t - manifest_.tensors.data()]; }
+  std::unique_ptr<WeightStore> inner_;
+};
+
+// Decodes 32 tokens one at a time and prints, per MoE layer, how many experts
+// they used and the most popular one's count; fails when a layer uses fewer
+// than min(n_expert, 2 * top-k) experts.
+void verify_routing(const std::string& path, int n_threads) {
+  ModelParts parts;
+  parts.file = open_model_file(path);
+  parts.tokenizer = load_tokenizer(parts.file);
+  auto owned = std::make_unique<CountingStore>(parts.file.manifest);
+  CountingStore* store = owned.get();
+  parts.weights = std::move(owned);
+  parts.pool = std::make_shared<ThreadPool>(n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency()));
+  auto model = find_arch(parts.file.architecture())(std::move(parts));
+  const ModelConfig& c = model->config();
+  const int n_tokens = 32;
+  std::map<int, std::vector<int>> hist;  // MoE layer -> picks per expert
+  for (int l = 0; l < c.n_layer; ++l)
+    if (c.is_moe_layer(l)) hist[l].assign(c.n_expert, 0);
+  Session session(*model, n_tokens + 1);
+  for (int i = 0; i < n_tokens; ++i) {
+    store->acquires.clear();
+    const std::vector<float>& logits = session.feed({(int32_t)((i * 7919 + 1) % c.n_vocab)});
+    for (float x : logits)
+      if (!std::isfinite(x)) throw Error("synthetic model '" + path + "' gives a non-finite logit at token " + std::to_string(i));
+    for (auto& [l, h] : hist)
+      for (int e = 0; e < c.n_expert; ++e)
+        if (store->acquires.count(expert_slice_name("blk." + std::to_string(l) + ".ffn_up_exps.weight", e))) ++h[e];
+  }
+  const int need = std::min(c.n_expert, 2 * c.n_expert_used);
+  for (const auto& [l, h] : hist) {
+    const int used = (int)std::count_if(h.begin(), h.end(), [](int n) { return n > 0; });
+    const int most = *std::max_element(h.begin(), h.end());
+    std::fprintf(stderr, "spool: verified: layer %d: %d tokens used %d of %d experts (top-%d); the most popular took %d\n",
+                 l, n_tokens, used, c.n_expert, c.n_expert_used, most);
+    if (used < need)
+      throw Error("synthetic model '" + path + "': layer " + std::to_string(l) + " routes " + std::to_string(n_tokens) +
+                  " tokens to only " + std::to_string(used) + " experts (degenerate router)");
+  }
+}
+
 void synth(SynthCliOptions o) {
   if (!o.target_size.empty()) o.synth.target_size = parse_byte_size(o.target_size);
   if (o.synth.dry_run || o.synth.arch == "deepseek2" || find_deepseek2_preset(o.synth.preset)) {
@@ -54,6 +127,7 @@ void synth(SynthCliOptions o) {
                r.path.c_str(), r.arch.c_str(), r.type.c_str(), r.n_tensors, r.n_vocab, r.vocab_from.c_str(),
                r.bytes / 1e6, r.seconds, r.bytes / 1e6 / std::max(r.seconds, 1e-9));
   if (o.verify) verify_model(r.path, o.synth.n_threads);
+  if (o.verify && gguf::open(r.path).has(r.arch + ".expert_count")) verify_routing(r.path, o.synth.n_threads);
 }
 
 }  // namespace
@@ -91,7 +165,9 @@ void add_synth_command(CLI::App& app) {
                   "with a random popularity rank per layer; 0 = uniform (default 0.05)");
   cmd->add_flag("--dry-run", o->synth.dry_run, "deepseek2: print the plan (shapes, sizes, bytes/token) and write nothing");
   cmd->add_option("-t,--threads", o->synth.n_threads, "Threads for generating and quantizing (default: all cores)");
-  cmd->add_flag("--verify", o->verify, "Load the written file and check a forward pass gives finite logits");
+  cmd->add_flag("--verify", o->verify,
+                "Load the written file and check a forward pass gives finite logits (MoE: and that 32 decoded tokens "
+                "spread over the experts, printing how)");
   cmd->callback([o] { synth(*o); });
 }
 
