@@ -158,6 +158,48 @@ TEST(SynthDeepseek2, QuantizedMlaFormsAgreeWithoutRoutingFlips) {
   }
 }
 
+// The same weights as F32: every tensor of `src` dequantized into `dst`.
+void dequantize_file(const std::string& src, const std::string& dst) {
+  const gguf::File f = gguf::open(src);
+  gguf::Writer w;
+  for (const auto& [k, v] : f.kv) w.set(k, v);
+  w.set("general.file_type", gguf::value_u32(0));
+  for (const TensorEntry& t : f.manifest.tensors) w.add_tensor(t.name, DType::F32, t.shape);
+  w.begin(dst);
+  std::ifstream in(src, std::ios::binary);
+  for (size_t i = 0; i < f.manifest.tensors.size(); ++i) {
+    const TensorEntry& t = f.manifest.tensors[i];
+    std::vector<char> raw(t.bytes);
+    in.seekg((std::streamoff)t.offset);
+    in.read(raw.data(), (std::streamsize)raw.size());
+    std::vector<float> x((size_t)t.n_elements());
+    dequantize_row(t.type, raw.data(), x.data(), t.n_elements());
+    w.write_tensor(i, x.data());
+  }
+  w.finish();
+}
+
+// Each MLA form on the Q4_K file against the same weights in F32 (where the
+// forms agree to 1e-6): neither form may be far worse than the other.
+TEST(SynthDeepseek2, QuantizedMlaFormsAgainstDequantizedWeights) {
+  SynthOptions o = options("deepseek2-tiny", "Q4_K", "deq-src.gguf");
+  o.n_expert = 4;  // all experts used: no routing flips
+  synth_model(o);
+  const std::string f32 = temp_dir() + "/deq-f32.gguf";
+  dequantize_file(o.out, f32);
+  const std::vector<int32_t> ids = prompt_ids(12, 512);
+  const std::vector<float> ref = test::all_logits(*load(f32, MlaForm::Plain), ids);
+  const float ref_forms = test::rel_error(test::all_logits(*load(f32, MlaForm::Absorbed), ids), ref);
+  float err[2];
+  for (MlaForm form : {MlaForm::Absorbed, MlaForm::Plain})
+    err[form == MlaForm::Plain] = test::rel_error(test::all_logits(*load(o.out, form), ids), ref);
+  std::printf("[ deepseek2-tiny Q4_K vs its F32 dequantization ] absorbed %.3g, plain %.3g (F32 forms %.3g)\n", err[0],
+              err[1], ref_forms);
+  EXPECT_LE(ref_forms, 1e-4f);
+  EXPECT_LE(err[0], 5e-2f);
+  EXPECT_LE(err[1], 5e-2f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Synth, TinyDeepseek2, ::testing::Values("deepseek2-tiny", "deepseek-v3-tiny"),
                          [](const auto& info) {
                            std::string s = info.param;
