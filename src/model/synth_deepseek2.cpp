@@ -232,12 +232,10 @@ Vocab read_vocab(const std::string& path) {
   Vocab v;
   v.file = gguf::open(path);
   gguf::Writer w;
-  const uint64_t empty = w.header_bytes();
   w.set("general.alignment", gguf::value_u32(1));  // unpadded, to measure the keys alone
-  const uint64_t with_alignment_key = w.header_bytes();
+  const uint64_t without_vocab = w.header_bytes();
   v.n_vocab = copy_vocab(v.file, 0, w);
-  v.header_bytes = w.header_bytes() - with_alignment_key;
-  (void)empty;
+  v.header_bytes = w.header_bytes() - without_vocab;
   return v;
 }
 
