@@ -129,9 +129,7 @@ TEST(Engine, GreedyEqualsSessionAndConcurrentEqualsSequential) {
       EXPECT_EQ(test::join(together[i]), test::join(reference[i])) << "prompt " << i;
       // Not just the same argmax: each row's computation does not depend on the
       // batch around it, so the logits (and their log-softmax) are bit-identical.
-      // Known exception: the MLA (DeepSeek-2) forward differs in the last bits
-      // between prefill chunkings (docs/STATUS.md, issue 5); its tokens agree.
-      if (model->kv_shape().head_dim_v > 0) EXPECT_EQ(lp_one[i], lp_together[i]) << "prompt " << i;
+      EXPECT_EQ(lp_one[i], lp_together[i]) << "prompt " << i;
     }
     const EngineStats s = engine->stats();
     EXPECT_EQ(s.kv_blocks_used, 0);
