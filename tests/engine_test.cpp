@@ -142,7 +142,7 @@ TEST(Engine, GreedyEqualsSessionAndConcurrentEqualsSequential) {
 TEST(Engine, SharedPrefixIsPrefilledOnce) {
   auto model = load_model(kShared + "/models/stories260K.gguf", LoadOptions{2});
   std::vector<int32_t> prefix = {1};
-  for (int i = 0; i < 199; ++i) prefix.push_back((int32_t)(5 + (i * 37) % 500));
+  for (int i = 0; i < 999; ++i) prefix.push_back((int32_t)(5 + (i * 37) % 500));
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 8; ++i) {
     auto p = prefix;
@@ -150,13 +150,13 @@ TEST(Engine, SharedPrefixIsPrefilledOnce) {
     prompts.push_back(p);
   }
   EngineOptions o;
-  o.n_ctx = 256;
+  o.n_ctx = 1100;
   o.block_size = 16;
-  o.max_batch_tokens = 64;
+  o.max_batch_tokens = 128;
   auto engine = make_engine(*model, o);
   std::vector<RequestEvent> finals;
   const auto out = run_all(*engine, prompts, 8, true, &finals);
-  const int shared = 200 / 16 * 16;  // full blocks of the common prefix
+  const int shared = 1000 / 16 * 16;  // full blocks of the common prefix
   int hits = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(test::join(out[i]), test::join(test::greedy(*model, prompts[i], 8))) << i;
@@ -174,9 +174,9 @@ TEST(Engine, SharedPrefixIsPrefilledOnce) {
 
   // A prompt whose every block is cached still recomputes its last token (copy-on-write of that block).
   Pending again;
-  std::vector<int32_t> whole(prefix.begin(), prefix.begin() + 192);
+  std::vector<int32_t> whole(prefix.begin(), prefix.begin() + 992);
   engine->submit(greedy_params(whole, 4), again.callback());
-  EXPECT_EQ(again.get().last.cached_tokens, 191);
+  EXPECT_EQ(again.get().last.cached_tokens, 991);
   EXPECT_EQ(test::join(again.get().tokens), test::join(test::greedy(*model, whole, 4)));
 }
 
