@@ -260,18 +260,19 @@ TEST(Engine, CancelReleasesBlocks) {
 TEST(Engine, RefusesBadRequestsAndFullQueue) {
   auto model = load_model(kShared + "/models/stories260K.gguf", LoadOptions{2});
   EngineOptions o;
-  o.n_ctx = 64;
+  o.n_ctx = 2048;
   o.max_running = 1;
   o.max_waiting = 2;
   auto engine = make_engine(*model, o);
-  EXPECT_THROW(engine->submit(greedy_params(std::vector<int32_t>(64, 5), 4), nullptr), InvalidRequest);
+  EXPECT_THROW(engine->submit(greedy_params(std::vector<int32_t>(2048, 5), 4), nullptr), InvalidRequest);
   EXPECT_THROW(engine->submit(greedy_params({}, 4), nullptr), InvalidRequest);
   EXPECT_THROW(engine->submit(greedy_params({1, 99999}, 4), nullptr), InvalidRequest);
   std::vector<RequestId> ids;
   bool full = false;
   for (int i = 0; i < 6 && !full; ++i) {
     try {
-      ids.push_back(engine->submit(greedy_params({1, 5, 6}, 60), nullptr));
+      // Long enough that the running one cannot finish while the queue fills.
+      ids.push_back(engine->submit(greedy_params({1, 5, 6}, 2000), nullptr));
     } catch (const QueueFull&) {
       full = true;
     }
