@@ -27,6 +27,11 @@ struct TensorEntry {
   uint64_t bytes = 0;
   const void* memory = nullptr;  // in-memory tensors only (file is -1); owned by the Manifest
   int expert = -1;               // expert slices only: which expert of its layer
+  // Block-scaled types (F8_E4M3): the F32 entry holding the scale grid,
+  // [ceil(n_cols / block_cols), ceil(n_rows / block_rows)] in GGUF order; the
+  // weight store pins it together with this one (WeightStore::acquire).
+  std::string companion;
+  int64_t block_rows = 0, block_cols = 0;
   int64_t n_elements() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;

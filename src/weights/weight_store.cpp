@@ -15,14 +15,28 @@ namespace spool {
 WeightRef& WeightRef::operator=(WeightRef&& o) noexcept {
   if (this != &o) {
     if (store_ && entry_) store_->unpin(*entry_);
+    if (store_ && companion_) store_->unpin(*companion_);
     store_ = o.store_; entry_ = o.entry_; data_ = o.data_; packed_ = o.packed_;
+    companion_ = o.companion_; companion_data_ = o.companion_data_;
     o.store_ = nullptr; o.entry_ = nullptr; o.data_ = nullptr; o.packed_ = nullptr;
+    o.companion_ = nullptr; o.companion_data_ = nullptr;
   }
   return *this;
 }
 
 WeightRef::~WeightRef() {
   if (store_ && entry_) store_->unpin(*entry_);
+  if (store_ && companion_) store_->unpin(*companion_);
+}
+
+WeightRef WeightStore::acquire(const TensorEntry& t) {
+  WeightRef r(this, &t, pin(t), packed(t));
+  if (!t.companion.empty()) {
+    const TensorEntry& c = manifest_.require(t.companion);
+    r.companion_data_ = pin(c);
+    r.companion_ = &c;
+  }
+  return r;
 }
 
 MatView WeightRef::mat() const {
@@ -32,6 +46,12 @@ MatView WeightRef::mat() const {
   m.n_cols = entry_->shape[0];
   m.n_rows = entry_->n_elements() / entry_->shape[0];
   m.packed = packed_;
+  if (companion_) {
+    m.block_scale = static_cast<const float*>(companion_data_);
+    m.block_rows = entry_->block_rows;
+    m.block_cols = entry_->block_cols;
+    m.scale_cols = (m.n_cols + m.block_cols - 1) / m.block_cols;
+  }
   return m;
 }
 
