@@ -54,6 +54,9 @@ struct Manifest {
   void add(TensorEntry entry);
   // Adds a tensor whose bytes are held by the manifest (shared by its copies).
   void add_in_memory(TensorEntry entry, std::vector<uint8_t> data);
+  // Gives an existing tensor new bytes of another type (same shape), held by
+  // the manifest; drops its companion (weights/convert.h).
+  void replace_in_memory(const std::string& name, DType type, std::vector<uint8_t> data);
   uint64_t total_bytes() const;
 
  private:

@@ -10,6 +10,7 @@
 #include "format/hf_checkpoint.h"
 #include "model/arch_registry.h"
 #include "model/hf_tokenizer.h"
+#include "weights/convert.h"
 
 namespace spool {
 
@@ -82,9 +83,10 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     throw Error("'" + path + "': unsupported architecture '" + arch + "' (supported: " + list + ")");
   }
   parts.tokenizer = load_tokenizer(parts.file);
-  parts.weights = make_resident_store(parts.file.manifest);
   int n_threads = options.n_threads > 0 ? options.n_threads : (int)std::thread::hardware_concurrency();
   parts.pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
+  if (options.convert) convert_matmul_weights(parts.file.manifest, *options.convert, parts.pool.get());
+  parts.weights = make_resident_store(parts.file.manifest);
   parts.options = options;
   return factory(std::move(parts));
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ enum class MlaForm { Auto, Plain, Absorbed };
 struct LoadOptions {
   int n_threads = 0;  // 0: all cores
   MlaForm mla_form = MlaForm::Auto;
+  // Matmul weights converted at load into this type, in memory (weights/convert.h).
+  std::optional<DType> convert = std::nullopt;
 };
 
 // What every architecture is built from.

@@ -90,7 +90,9 @@ class ResidentStore final : public WeightStore {
 
   void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) override {
     for (const TensorEntry* t : tensors) {
-      if (packed_.count(t) || t->shape.size() != 2) continue;
+      // In-memory matrices (repacked int4, --convert) are not packed again:
+      // the manifest keeps their bytes, so a packed copy would double them.
+      if (packed_.count(t) || t->shape.size() != 2 || t->memory) continue;
       WeightRef ref = acquire(*t);
       const MatView mv = ref.mat();
       const size_t bytes = packed_matrix_bytes(mv);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "weights/convert.h"
 
 namespace spool::cli {
 
@@ -31,6 +32,26 @@ std::string resolve_model_path(const std::string& given) {
 std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads) {
   LoadOptions opt;
   opt.n_threads = n_threads;
+  return load_model(resolve_model_path(given_path), opt);
+}
+
+void add_model_flags(CLI::App* cmd, ModelFlags* flags) {
+  cmd->add_option("--convert", flags->convert,
+                  "Convert matmul weights at load into TYPE (q8_0, q4_0, f16, ...): faster, in memory, not exact");
+}
+
+std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& flags) {
+  LoadOptions opt;
+  opt.n_threads = n_threads;
+  if (!flags.convert.empty()) {
+    opt.convert = dtype_from_name(flags.convert);
+    if (!opt.convert) throw Error("--convert: unknown type '" + flags.convert + "' (try q8_0, q4_0, f16)");
+    try {
+      check_convert_target(*opt.convert);
+    } catch (const Error& e) {
+      throw Error(std::string("--convert: ") + e.what());
+    }
+  }
   return load_model(resolve_model_path(given_path), opt);
 }
 

@@ -15,6 +15,12 @@ namespace spool::cli {
 // The -m value, or the bundled stories260K model when -m was not given.
 std::string resolve_model_path(const std::string& given);
 std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads);
+// Model-loading options shared by run, logits, perplexity and bench.
+struct ModelFlags {
+  std::string convert;  // --convert TYPE: matmul weights converted at load ("" = as stored)
+};
+void add_model_flags(CLI::App* cmd, ModelFlags* flags);
+std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& flags);
 std::vector<int32_t> parse_ids(const std::string& csv);
 std::string join_ids(const std::vector<int32_t>& ids);
 std::string read_text_file(const std::string& path);

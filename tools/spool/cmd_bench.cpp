@@ -26,6 +26,7 @@ struct BenchOptions {
   int n_threads = 0, n_prompt = 128, n_gen = 64, repeats = 5;
   uint32_t seed = 1234;
   bool json = false;
+  ModelFlags flags;
 };
 
 struct TestResult {
@@ -94,7 +95,7 @@ void bench(const BenchOptions& o) {
   if (o.n_prompt < 0 || o.n_gen < 0 || (o.n_prompt == 0 && o.n_gen == 0))
     throw Error("nothing to benchmark: -p and -n must be >= 0 and not both 0");
   if (o.repeats < 1) throw Error("-r/--repetitions must be at least 1");
-  auto model = open_model(o.model, o.n_threads);
+  auto model = open_model(o.model, o.n_threads, o.flags);
   const ModelConfig& cfg = model->config();
   const int n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
   if (cfg.n_ctx_train > 0 && n_ctx > cfg.n_ctx_train)
@@ -136,6 +137,7 @@ void add_bench_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed (llama-bench's pp/tg tests)");
   cmd->add_option("-m,--model", o->model, "Model: GGUF file or Hugging Face directory");
   cmd->add_option("-t,--threads", o->n_threads, "Threads (default: all cores)");
+  add_model_flags(cmd, &o->flags);
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens in the prefill test (0: skip)")->capture_default_str();
   cmd->add_option("-n,--n-gen", o->n_gen, "Tokens generated in the decode test (0: skip)")->capture_default_str();
   cmd->add_option("-r,--repetitions", o->repeats, "Timed runs per test, after one warm-up")->capture_default_str();

@@ -19,6 +19,7 @@ struct RunOptions {
   bool output_ids = false, no_bos = false, verbose = false, chat = false;
   std::vector<std::string> stop;
   SamplingParams sampling;
+  ModelFlags flags;
 };
 
 // --chat: the text as one user message (after an optional system message), rendered
@@ -60,7 +61,7 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, const Model& model) {
 
 void run(const RunOptions& o) {
   const double t_load = now_seconds();
-  auto model = open_model(o.model, o.n_threads);
+  auto model = open_model(o.model, o.n_threads, o.flags);
   const ModelConfig& cfg = model->config();
   const Tokenizer& tok = model->tokenizer();
   const int n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
@@ -128,6 +129,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--seed", o->sampling.seed, "Random seed (default: random)");
   cmd->add_option("--stop", o->stop, "Stop when this string is generated (repeatable)");
   cmd->add_option("-t,--threads", o->n_threads, "Threads (default: all cores)");
+  add_model_flags(cmd, &o->flags);
   cmd->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)");
   cmd->add_option("-b,--batch-size", o->n_batch, "Prompt tokens per forward pass")->capture_default_str();
   cmd->add_flag("--no-bos", o->no_bos, "Do not add BOS/EOS to the prompt");
