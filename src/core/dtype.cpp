@@ -34,6 +34,7 @@ constexpr Row kRows[] = {
     {DType::Q5_K, {"Q5_K", kQKK, sizeof(BlockQ5_K), true, DType::Q8_K}},
     {DType::Q6_K, {"Q6_K", kQKK, sizeof(BlockQ6_K), true, DType::Q8_K}},
     {DType::Q8_K, {"Q8_K", kQKK, sizeof(BlockQ8_K), true, DType::Q8_K}},
+    {DType::MXFP4, {"MXFP4", kQK, sizeof(BlockMXFP4), true, DType::Q8_0}},
     {DType::F8_E4M3, {"F8_E4M3", 1, 1, false, DType::F32}},  // block-scaled: see MatView
 };
 

@@ -116,8 +116,9 @@ GemmTileFn generic_gemm_for(Isa isa, int type) {
 
 void fill_simd(Isa isa, KernelTable& t) {
 #if defined(SPOOL_X86)
-  if (isa == Isa::Avx2) detail::fill_avx2_kernels(t), detail::fill_fp8_avx2_kernels(t);
-  if (isa == Isa::Avx512) detail::fill_avx512_kernels(t), detail::fill_fp8_avx512_kernels(t);
+  if (isa == Isa::Avx2) detail::fill_avx2_kernels(t), detail::fill_fp8_avx2_kernels(t), detail::fill_mxfp4_avx2_kernels(t);
+  if (isa == Isa::Avx512)
+    detail::fill_avx512_kernels(t), detail::fill_fp8_avx512_kernels(t), detail::fill_mxfp4_avx512_kernels(t);
 #endif
 #if defined(SPOOL_ARM64)
   if (isa == Isa::Neon) detail::fill_neon_kernels(t);
@@ -130,6 +131,7 @@ KernelTable* build_table(Isa isa) {
   detail::fill_ref_legacy_kernels(ref);
   detail::fill_ref_kquant_kernels(ref);
   detail::fill_ref_fp8_kernels(ref);
+  detail::fill_ref_mxfp4_kernels(ref);
   auto* t = new KernelTable();
   t->isa = isa;
   if (isa != Isa::Scalar) fill_simd(isa, *t);
