@@ -70,8 +70,9 @@ void matmul_packed(ThreadPool& pool, const PackedKernels& pk, const MatView& w, 
   });
 }
 
-// Block-scaled weights (F8_E4M3 with a scale grid), float activations. One or
-// two tokens: the fused decode-and-dot kernel per (row, token). More: groups
+// Block-scaled weights (F8_E4M3 with a scale grid), float activations. One
+// token: the fused decode-and-dot kernel per row (batch-invariant mode sends
+// it here as two tokens, so it takes the batched path). More: groups
 // of rows are decoded into a float scratch once and go through the F32 tile,
 // so each row is decoded once per call whatever the batch size.
 void matmul_scaled(ThreadPool& pool, const KernelTable& k, const MatView& w, const float* x, int64_t n_tokens,
@@ -84,7 +85,7 @@ void matmul_scaled(ThreadPool& pool, const KernelTable& k, const MatView& w, con
   const auto* wdata = static_cast<const uint8_t*>(w.data);
   const int64_t row_chunk = rows_per_task(n_rows, pool.size());
   const int64_t n_row_chunks = (n_rows + row_chunk - 1) / row_chunk;
-  if (n_tokens <= 2) {
+  if (n_tokens == 1) {
     pool.run(n_row_chunks, [&](int64_t task, int) {
       const int64_t r_end = std::min(n_rows, (task + 1) * row_chunk);
       for (int64_t r = task * row_chunk; r < r_end; ++r)
