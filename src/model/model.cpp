@@ -10,6 +10,7 @@
 #include "format/hf_checkpoint.h"
 #include "model/arch_registry.h"
 #include "model/hf_tokenizer.h"
+#include "storage/storage.h"
 
 namespace spool {
 
@@ -57,6 +58,16 @@ const TensorEntry& expect_tensor(const Manifest& m, const std::string& name, std
 }
 
 gguf::File open_model_file(const std::string& path) {
+  // Models over HTTP(S): GGUF files only (split ones too); see storage/http_storage.h.
+  if (is_url(path)) {
+    const std::string file = path.substr(0, path.find_first_of("?#"));
+    if (file.size() < 5 || file.compare(file.size() - 5, 5, ".gguf") != 0)
+      throw Error("'" + path + "': only GGUF files can be opened over HTTP (a URL ending in .gguf); " +
+                  "Hugging Face checkpoint directories must be local");
+    gguf::File f = gguf::open(path);
+    split_expert_tensors(f.manifest);
+    return f;
+  }
   if (!hf::is_checkpoint(path)) {
     gguf::File f = gguf::open(path);
     split_expert_tensors(f.manifest);  // experts are reached one at a time
@@ -82,7 +93,10 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     throw Error("'" + path + "': unsupported architecture '" + arch + "' (supported: " + list + ")");
   }
   parts.tokenizer = load_tokenizer(parts.file);
-  parts.weights = make_resident_store(parts.file.manifest);
+  if (is_url(path))  // models over HTTP(S): nothing to map, every tensor is read into memory at load
+    parts.weights = make_loaded_store(parts.file.manifest, StorageOptions{});
+  else
+    parts.weights = make_resident_store(parts.file.manifest);
   int n_threads = options.n_threads > 0 ? options.n_threads : (int)std::thread::hardware_concurrency();
   parts.pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
   parts.options = options;
