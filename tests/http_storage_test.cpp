@@ -384,6 +384,38 @@ TEST_F(HttpStorageTest, SplitModelsOverHttpAndLoadedStoreOnLocalFiles) {
   }
 }
 
+// Throughput from nginx on loopback: 4 MiB ranges of a 256 MiB file at queue
+// depths 1, 4 and 16. A measurement, not a check: disabled by default, run with
+//   build/spool_tests --gtest_also_run_disabled_tests --gtest_filter='*LoopbackThroughput'
+TEST_F(HttpStorageTest, DISABLED_LoopbackThroughput) {
+  const uint64_t size = 256ull << 20, range = 4ull << 20;
+  {
+    std::vector<uint8_t> block(range);
+    std::mt19937 rng(1);
+    for (auto& b : block) b = (uint8_t)rng();
+    std::ofstream out(nginx_->dir() + "/files/big.bin", std::ios::binary);
+    for (uint64_t k = 0; k < size / range; ++k) {
+      block[0] = (uint8_t)k;
+      out.write((const char*)block.data(), (std::streamsize)range);
+    }
+  }
+  std::vector<uint8_t> dst(size);
+  for (int depth : {1, 4, 16}) {
+    StorageOptions opt;
+    opt.queue_depth = depth;
+    HttpStorage s(nginx_->url("/tmp/big.bin"), opt);
+    std::vector<ReadRequest> reqs;
+    for (uint64_t off = 0; off < size; off += range) reqs.push_back({off, range, dst.data() + off});
+    s.read(reqs);  // warm: page cache, connections
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int rep = 0; rep < 2; ++rep) s.read(reqs);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("queue depth %2d: %.0f MB/s (%d x 4 MiB ranges x 2 in %.2f s)\n", depth, 2.0 * size / sec / 1e6,
+                (int)reqs.size(), sec);
+    EXPECT_EQ(dst[range * 3], 3);
+  }
+}
+
 // Faults nginx cannot make, from a cpp-httplib server on an OS-chosen port:
 // 503s then success (retried), connections dropped mid-body (short body).
 class FaultServer {
