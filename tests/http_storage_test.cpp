@@ -70,6 +70,12 @@ class Nginx {
     if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
     dir_ = tmpl;
     fs::create_directories(dir_ + "/files");
+    const std::string openssl = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=127.0.0.1 "
+                                "-addext subjectAltName=IP:127.0.0.1 -keyout " + dir_ + "/key.pem -out " + dir_ +
+                                "/cert.pem >" + dir_ + "/openssl.log 2>&1";
+    if (std::system(openssl.c_str()) != 0)
+      throw std::runtime_error("cannot make a test certificate with the openssl command (install openssl): see " +
+                               dir_ + "/openssl.log");
     std::mt19937 rng((unsigned)getpid() ^ (unsigned)std::chrono::steady_clock::now().time_since_epoch().count());
     const int first = 18100 + (int)(rng() % 100);
     for (int k = 0; k < 100 && pid_ < 0; ++k) try_port(18100 + (first - 18100 + k) % 100);
@@ -85,11 +91,17 @@ class Nginx {
     fs::remove_all(dir_, ec);
   }
   std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  // The same locations over TLS (a self-signed certificate for 127.0.0.1: ca_file()).
+  std::string https_url(const std::string& path) const {
+    return "https://127.0.0.1:" + std::to_string(tls_port_) + path;
+  }
+  std::string ca_file() const { return dir_ + "/cert.pem"; }
   const std::string& dir() const { return dir_; }
   std::string access_log() const { return read_text(dir_ + "/access.log"); }
 
  private:
   void try_port(int port) {
+    const int tls_port = 18100 + (port - 18100 + 50) % 100;
     const std::string conf = dir_ + "/nginx.conf";
     std::ofstream(conf) << "worker_processes 1;\n"
                         << "daemon off;\nmaster_process off;\n"
@@ -107,6 +119,9 @@ class Nginx {
                         << "  keepalive_requests 100000;\n"
                         << "  server {\n"
                         << "    listen 127.0.0.1:" << port << ";\n"
+                        << "    listen 127.0.0.1:" << tls_port << " ssl;\n"
+                        << "    ssl_certificate " << dir_ << "/cert.pem;\n"
+                        << "    ssl_certificate_key " << dir_ << "/key.pem;\n"
                         << "    location /models/ { alias " << kModels << "/; }\n"
                         << "    location /norange/ { alias " << kFixtures << "/; max_ranges 0; }\n"
                         << "    location /tmp/ { alias " << dir_ << "/files/; }\n"
@@ -125,6 +140,7 @@ class Nginx {
       if (fs::exists(dir_ + "/nginx.pid")) {
         pid_ = pid;
         port_ = port;
+        tls_port_ = tls_port;
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -136,7 +152,7 @@ class Nginx {
 
   std::string dir_;
   pid_t pid_ = -1;
-  int port_ = 0;
+  int port_ = 0, tls_port_ = 0;
 };
 
 class HttpStorageTest : public ::testing::Test {
@@ -337,6 +353,35 @@ TEST_F(HttpStorageTest, CliOnUrlMatchesLocalFile) {
   EXPECT_NE(status, 0);
   EXPECT_NE(err.find(nginx_->url("/missing.gguf")), std::string::npos) << err;
   EXPECT_NE(err.find("404"), std::string::npos) << err;
+}
+
+// HTTPS: nginx with a self-signed certificate; trusted through HttpTuning::ca_file
+// (library) and $CURL_CA_BUNDLE (CLI), refused without it.
+TEST_F(HttpStorageTest, HttpsWorksAndVerifiesThePeer) {
+  const std::string url = nginx_->https_url("/qwen2-tiny.q8_0.gguf");
+  const std::vector<uint8_t> want = read_file(kFixtures + "/qwen2-tiny.q8_0.gguf");
+  HttpTuning tuning = fast_tuning();
+  tuning.ca_file = nginx_->ca_file();
+  tuning.chunk_bytes = 8 << 10;
+  HttpStorage s(url, {}, tuning);
+  std::vector<uint8_t> got(want.size());
+  const ReadRequest r{0, got.size(), got.data()};
+  s.read({&r, 1});
+  EXPECT_EQ(got, want);
+
+  const std::string e = error_of([&] { HttpStorage bad(url, {}, fast_tuning()); });
+  EXPECT_NE(e.find(url), std::string::npos) << e;
+  EXPECT_NE(e.find("certificate"), std::string::npos) << e;
+
+  int status = -1;
+  const std::string run_ids = " -t 2 --prompt-ids 1,2,3,4 -n 12 --temp 0 --output-ids 2>/dev/null";
+  const std::string ga = test::run_stdout(kBin + " run -m " + kFixtures + "/qwen2-tiny.q8_0.gguf" + run_ids, &status);
+  EXPECT_EQ(status, 0) << ga;
+  const std::string gb = test::run_stdout("CURL_CA_BUNDLE=" + nginx_->ca_file() + " " + kBin + " run -m " + url +
+                                              run_ids, &status);
+  EXPECT_EQ(status, 0) << gb;
+  EXPECT_FALSE(ga.empty());
+  EXPECT_EQ(ga, gb);
 }
 
 // A split model over HTTP (name-00001-of-00002.gguf pulls in its second shard),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 
@@ -61,6 +62,7 @@ struct Transfer {
   long status = 0;
   std::string status_line;
   std::string content_range;
+  long retry_after_s = 0;    // a 429/503's Retry-After (seconds form)
   bool checked = false;      // status and Content-Range verified at the first body byte
   std::string fatal;         // set by the callbacks: a failure retrying cannot fix
   char errbuf[CURL_ERROR_SIZE] = {0};
@@ -71,7 +73,8 @@ struct Transfer {
   uint64_t total = 0;  // probe: the file size
 
   void reset_attempt() {
-    got = 0; status = 0; status_line.clear(); content_range.clear(); checked = false; fatal.clear(); errbuf[0] = 0;
+    got = 0; status = 0; status_line.clear(); content_range.clear(); retry_after_s = 0; checked = false; fatal.clear();
+    errbuf[0] = 0;
   }
   std::string range() const { return "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1); }
 };
@@ -87,6 +90,8 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     t->content_range.clear();
   } else if (iequals_prefix(data, len, "content-range:")) {
     t->content_range = trim(std::string(data + 14, len - 14));
+  } else if (iequals_prefix(data, len, "retry-after:")) {
+    t->retry_after_s = std::max(0L, std::atol(trim(std::string(data + 12, len - 12)).c_str()));
   }
   return len;
 }
@@ -214,9 +219,12 @@ void run_transfers(HttpStorage::Context& c, const std::string& url, std::vector<
       curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
       curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
       curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
+      curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+      curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
       curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
       curl_easy_setopt(e, CURLOPT_USERAGENT, "spool");
       curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
+      if (!tuning.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, tuning.ca_file.c_str());
       curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
       curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     }
@@ -263,7 +271,9 @@ void run_transfers(HttpStorage::Context& c, const std::string& url, std::vector<
     if (!again) fail(t, why);
     if (t.attempt >= options.http_retries)
       fail(t, "failed after " + std::to_string(t.attempt + 1) + " attempt(s); last: " + why);
-    const long delay = std::min<long>((long)tuning.backoff_ms << std::min(t.attempt, 20), tuning.max_backoff_ms);
+    // Exponential backoff; a server's Retry-After is honoured up to the longest backoff.
+    long delay = std::min<long>((long)tuning.backoff_ms << std::min(t.attempt, 20), tuning.max_backoff_ms);
+    delay = std::max(delay, std::min<long>(t.retry_after_s * 1000, tuning.max_backoff_ms));
     ++t.attempt;
     ++retries;
     t.last_failure = why;
@@ -306,6 +316,8 @@ void run_transfers(HttpStorage::Context& c, const std::string& url, std::vector<
 HttpStorage::HttpStorage(const std::string& url, const StorageOptions& options, const HttpTuning& tuning)
     : url_(url), options_(options), tuning_(tuning) {
   global_init();
+  if (tuning_.ca_file.empty())
+    if (const char* ca = std::getenv("CURL_CA_BUNDLE"); ca && *ca) tuning_.ca_file = ca;
   if (options_.queue_depth < 1) options_.queue_depth = 1;
   if (options_.http_retries < 0) options_.http_retries = 0;
   uint8_t byte = 0;

@@ -6,7 +6,8 @@
 // chunk size are split), connections are kept alive and reused across calls
 // (a pool of multi handles, one per concurrent caller), and connection errors,
 // 5xx, 429 and short bodies are retried with exponential backoff. Errors name
-// the URL, the byte range and the HTTP status or curl error.
+// the URL, the byte range and the HTTP status or curl error. HTTPS peers are
+// verified against the system CAs (or $CURL_CA_BUNDLE).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@ struct HttpTuning {
   int max_backoff_ms = 5000;
   long connect_timeout_s = 15;
   long stall_timeout_s = 60;  // a transfer with no progress this long fails (and is retried)
+  std::string ca_file;        // HTTPS: CA bundle to trust; empty: $CURL_CA_BUNDLE, else the system's
 };
 
 class HttpStorage final : public Storage {
