@@ -69,7 +69,6 @@ struct Transfer {
   // Across attempts:
   int attempt = 0;
   Clock::time_point due{};
-  std::string last_failure;
   uint64_t total = 0;  // probe: the file size
 
   void reset_attempt() {
@@ -185,11 +184,11 @@ void HttpStorage::give_context(std::unique_ptr<Context> c) {
   idle_.push_back(std::move(c));
 }
 
+namespace {
+
 // Runs every transfer to completion on c's multi handle, at most queue_depth
 // at once, retrying what can be retried. Throws spool::Error on the first
 // failure that cannot (or can no longer) be retried.
-namespace {
-
 void run_transfers(HttpStorage::Context& c, const std::string& url, std::vector<Transfer>& ts,
                    const StorageOptions& options, const HttpTuning& tuning, std::atomic<uint64_t>& retries) {
   std::deque<size_t> ready;
@@ -276,7 +275,6 @@ void run_transfers(HttpStorage::Context& c, const std::string& url, std::vector<
     delay = std::max(delay, std::min<long>(t.retry_after_s * 1000, tuning.max_backoff_ms));
     ++t.attempt;
     ++retries;
-    t.last_failure = why;
     t.due = Clock::now() + std::chrono::milliseconds(delay);
     waiting.push_back(tp - ts.data());
   };
