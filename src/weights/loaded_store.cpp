@@ -63,7 +63,7 @@ class LoadedStore final : public WeightStore {
 
   void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) override {
     for (const TensorEntry* t : tensors) {
-      if (t->shape.size() != 2 || t->memory) continue;
+      if (t->shape.size() != 2) continue;
       Slot& s = slot(*t);
       if (s.packed) continue;
       {
@@ -76,6 +76,7 @@ class LoadedStore final : public WeightStore {
         s.packed = std::move(buf);
       }
       // Matmul reads the packed copy; the plain bytes come back if a row read needs them.
+      if (t->memory) continue;
       std::lock_guard<std::mutex> lock(mu_);
       s.data.store(nullptr);
       s.owned.reset();
@@ -96,10 +97,7 @@ class LoadedStore final : public WeightStore {
     s.data.store(s.owned.get(), std::memory_order_release);
     return s.owned.get();
   }
-  const void* packed(const TensorEntry& t) override {
-    if (t.memory) return nullptr;
-    return slot(t).packed.get();
-  }
+  const void* packed(const TensorEntry& t) override { return slot(t).packed.get(); }
 
  private:
   struct Slot {
