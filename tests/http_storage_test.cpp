@@ -2,7 +2,8 @@
 // test (ranges, parallel reads, keep-alive, 404, a location without range
 // support; models loaded from URLs give the same logits and text as the local
 // files, through the library and the CLI), and a cpp-httplib server for the
-// faults nginx cannot make (503 then success, a connection dropped mid-body).
+// faults nginx cannot make (503 then success, a connection dropped mid-body,
+// a body longer than the range).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -487,6 +488,23 @@ class FaultServer {
                                  return true;
                                });
     });
+    // Answers 206 with the requested Content-Range but a chunked body 100 bytes longer than asked for.
+    svr_.Get("/oversized.gguf", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.ranges.size() != 1 || req.ranges[0].second <= 0) {
+        res.set_content(data_, "application/octet-stream");
+        return;
+      }
+      const size_t a = (size_t)req.ranges[0].first, b = (size_t)req.ranges[0].second;
+      res.status = 206;
+      res.set_header("Content-Range",
+                     "bytes " + std::to_string(a) + "-" + std::to_string(b) + "/" + std::to_string(data_.size()));
+      res.set_chunked_content_provider("application/octet-stream",
+                                       [this, a, b](size_t, httplib::DataSink& sink) {
+                                         sink.write(data_.data() + a, b - a + 1 + 100);
+                                         sink.done();
+                                         return true;
+                                       });
+    });
     port_ = svr_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { svr_.listen_after_bind(); });
     while (!svr_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -558,6 +576,17 @@ TEST(HttpStorageFaults, RetriesServerErrorsAndReportsShortBodies) {
     EXPECT_NE(e.find("bytes=2000-6999"), std::string::npos) << e;
     EXPECT_NE(e.find("short body"), std::string::npos) << e;
     EXPECT_EQ(s.retries(), 2u);
+  }
+  // A body longer than the range: refused at once, naming URL and range.
+  {
+    HttpStorage s(server.url("/oversized.gguf"), opt, tuning);
+    std::vector<uint8_t> got(5000);
+    const ReadRequest r{2000, got.size(), got.data()};
+    e = error_of([&] { s.read({&r, 1}); });
+    EXPECT_NE(e.find(server.url("/oversized.gguf")), std::string::npos) << e;
+    EXPECT_NE(e.find("bytes=2000-6999"), std::string::npos) << e;
+    EXPECT_NE(e.find("oversized body"), std::string::npos) << e;
+    EXPECT_EQ(s.retries(), 0u);
   }
 }
 
