@@ -505,6 +505,19 @@ class FaultServer {
                                          return true;
                                        });
     });
+    // A redirect to a "signed" URL that stops working when the generation moves on (403).
+    svr_.Get("/start.gguf", [this](const httplib::Request&, httplib::Response& res) {
+      ++starts_;
+      res.set_redirect("/signed-" + std::to_string(generation_.load()) + ".gguf");
+    });
+    svr_.Get(R"(/signed-(\d+)\.gguf)", [this](const httplib::Request& req, httplib::Response& res) {
+      if (std::stoi(req.matches[1].str()) != generation_.load()) {
+        res.status = 403;
+        res.set_content("expired", "text/plain");
+        return;
+      }
+      res.set_content(data_, "application/octet-stream");
+    });
     port_ = svr_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { svr_.listen_after_bind(); });
     while (!svr_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -514,7 +527,7 @@ class FaultServer {
     thread_.join();
   }
   std::string url(const std::string& p) const { return "http://127.0.0.1:" + std::to_string(port_) + p; }
-  std::atomic<int> fail_503_{0}, drops_{0};
+  std::atomic<int> fail_503_{0}, drops_{0}, starts_{0}, generation_{1};
 
  private:
   std::string data_;
@@ -576,6 +589,23 @@ TEST(HttpStorageFaults, RetriesServerErrorsAndReportsShortBodies) {
     EXPECT_NE(e.find("bytes=2000-6999"), std::string::npos) << e;
     EXPECT_NE(e.find("short body"), std::string::npos) << e;
     EXPECT_EQ(s.retries(), 2u);
+  }
+  // Requests go straight to the redirect target, and back through the given URL when it expires.
+  {
+    HttpStorage s(server.url("/start.gguf"), opt, tuning);
+    EXPECT_EQ(s.size(), bytes.size());
+    std::vector<uint8_t> got(bytes.size());
+    const ReadRequest r{0, got.size(), got.data()};
+    s.read({&r, 1});
+    EXPECT_EQ(got, bytes);
+    EXPECT_EQ(server.starts_.load(), 1);
+    server.generation_ = 2;
+    std::fill(got.begin(), got.end(), 0);
+    s.read({&r, 1});
+    EXPECT_EQ(got, bytes);
+    EXPECT_EQ(server.starts_.load(), 1 + (int)((bytes.size() + tuning.chunk_bytes - 1) / tuning.chunk_bytes));
+    s.read({&r, 1});
+    EXPECT_EQ(server.starts_.load(), 1 + (int)((bytes.size() + tuning.chunk_bytes - 1) / tuning.chunk_bytes));
   }
   // A body longer than the range: refused at once, naming URL and range.
   {

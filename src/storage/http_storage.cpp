@@ -189,8 +189,10 @@ namespace {
 // Runs every transfer to completion on c's multi handle, at most queue_depth
 // at once, retrying what can be retried. Throws spool::Error on the first
 // failure that cannot (or can no longer) be retried.
-void run_transfers(HttpStorage::Context& c, const std::string& url, std::vector<Transfer>& ts,
-                   const StorageOptions& options, const HttpTuning& tuning, std::atomic<uint64_t>& retries) {
+// Returns the URL the last transfer was served from (after redirects).
+std::string run_transfers(HttpStorage::Context& c, const std::string& url, std::vector<Transfer>& ts,
+                          const StorageOptions& options, const HttpTuning& tuning, std::atomic<uint64_t>& retries) {
+  std::string effective = url;
   std::deque<size_t> ready;
   for (size_t i = 0; i < ts.size(); ++i) ready.push_back(i);
   std::vector<size_t> waiting;  // failed attempts waiting for their backoff
@@ -259,6 +261,8 @@ void run_transfers(HttpStorage::Context& c, const std::string& url, std::vector<
     } else if (t.status >= 200 && t.status < 300) {
       if (t.got == t.n) {
         ++done;
+        const char* eff = nullptr;
+        if (curl_easy_getinfo(e, CURLINFO_EFFECTIVE_URL, &eff) == CURLE_OK && eff) effective = eff;
         return;
       }
       why = "short body: received " + std::to_string(t.got) + " of " + std::to_string(t.n) + " bytes";
@@ -307,6 +311,7 @@ void run_transfers(HttpStorage::Context& c, const std::string& url, std::vector<
     }
     curl_multi_poll(c.multi, nullptr, 0, timeout_ms, nullptr);
   }
+  return effective;
 }
 
 }  // namespace
@@ -326,7 +331,7 @@ HttpStorage::HttpStorage(const std::string& url, const StorageOptions& options, 
   probe.probe = true;
   std::vector<Transfer> ts{probe};
   std::unique_ptr<Context> c = take_context();
-  run_transfers(*c, url_, ts, options_, tuning_, retries_);
+  target_ = run_transfers(*c, url_, ts, options_, tuning_, retries_);
   give_context(std::move(c));
   size_ = ts[0].total;
 }
@@ -349,8 +354,26 @@ void HttpStorage::run(std::span<const ReadRequest> reqs) {
   }
   if (ts.empty()) return;
   std::unique_ptr<Context> c = take_context();
-  run_transfers(*c, url_, ts, options_, tuning_, retries_);  // on error c is destroyed: its connections close
+  std::string target;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    target = target_;
+  }
+  try {
+    // On an error c is destroyed: its connections close.
+    target = run_transfers(*c, target, ts, options_, tuning_, retries_);
+  } catch (const Error&) {
+    if (target == url_) throw;
+    // The redirect target (a signed CDN URL, say) may have expired: start again from the URL given.
+    c = take_context();
+    for (Transfer& t : ts) t.attempt = 0;
+    target = run_transfers(*c, url_, ts, options_, tuning_, retries_);
+  }
   give_context(std::move(c));
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    target_ = target;
+  }
   uint64_t bytes = 0;
   for (const Transfer& t : ts) bytes += t.n;
   counters_.bytes += bytes;

@@ -5,9 +5,12 @@
 // handle (at most queue_depth transfers at once; requests larger than the
 // chunk size are split), connections are kept alive and reused across calls
 // (a pool of multi handles, one per concurrent caller), and connection errors,
-// 5xx, 429 and short bodies are retried with exponential backoff. Errors name
-// the URL, the byte range and the HTTP status or curl error. HTTPS peers are
-// verified against the system CAs (or $CURL_CA_BUNDLE).
+// 5xx, 429 and short bodies are retried with exponential backoff. Requests go
+// straight to where the last one was redirected (Hugging Face's resolve/ URLs
+// redirect to a CDN), and back through the given URL if that target fails
+// (signed URLs expire). Errors name the URL, the byte range and the HTTP
+// status or curl error. HTTPS peers are verified against the system CAs (or
+// $CURL_CA_BUNDLE).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +64,7 @@ class HttpStorage final : public Storage {
 
   std::mutex pool_mu_;
   std::vector<std::unique_ptr<Context>> idle_;
+  std::string target_;  // where requests go: url_ after the redirects the last request followed
 
   struct Block {
     uint64_t start = 0;
