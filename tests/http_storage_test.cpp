@@ -26,6 +26,7 @@
 #include "format/gguf.h"
 #include "storage/http_storage.h"
 #include "test_util.h"
+#include "weights/streaming_store.h"
 #include "weights/weight_store.h"
 
 using namespace spool;
@@ -320,6 +321,28 @@ TEST_F(HttpStorageTest, ModelsFromUrlsMatchTheLocalFiles) {
     ASSERT_EQ(la.size(), lb.size()) << name;
     EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << name;
     EXPECT_EQ(test::greedy(*a, {1, 2, 3}, 12), test::greedy(*b, {1, 2, 3}, 12)) << name;
+  }
+}
+
+// The streaming store reads through the same Storage: a URL model streamed
+// under its smallest budget (evicting every step) matches the local file.
+TEST_F(HttpStorageTest, StreamingFromUrlMatchesLocalFile) {
+  for (const std::string name : {"/mixtral-tiny.q8_0.gguf", "/deepseek3-tiny.f32.gguf"}) {
+    LoadOptions lo;
+    lo.n_threads = 2;
+    auto local = load_model(kFixtures + name, lo);
+    lo.weight_budget = 1ull << 30;
+    const uint64_t budget = static_cast<StreamingStore&>(load_model(nginx_->url(name), lo)->weights()).minimum_budget();
+    lo.weight_budget = budget;
+    auto remote = load_model(nginx_->url(name), lo);
+    EXPECT_STREQ(remote->weights().mode(), "streaming");
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 10; ++i) ids.push_back((i * 37 + 5) % local->config().n_vocab);
+    const std::vector<float> la = test::all_logits(*local, ids), lb = test::all_logits(*remote, ids);
+    ASSERT_EQ(la.size(), lb.size()) << name;
+    EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << name;
+    EXPECT_EQ(test::greedy(*local, {1, 2, 3}, 8), test::greedy(*remote, {1, 2, 3}, 8)) << name;
+    EXPECT_GT(remote->weights().stats_snapshot().evictions, 0u) << name;
   }
 }
 
