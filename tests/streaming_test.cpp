@@ -156,7 +156,7 @@ TEST(Streaming, CliMemBudgetWritesStatsJson) {
   const fs::path dir = tmpl, json = dir / "stats.json";
   int status = -1;
   const std::string err = run_stdout(std::string(SPOOL_BIN) + " run -m " + kGguf + "deepseek3-tiny.f32.gguf" +
-                                         " -t 2 -c 64 -b 8 -p 'Hello there' -n 4 --temp 0 --mem-budget 36M" +
+                                         " -t 2 -c 64 -b 8 -p 'Hello there' -n 4 --temp 0 --mem-budget 48M" +
                                          " --stats-json " + json.string() + " 2>&1 >/dev/null",
                                      &status);
   ASSERT_EQ(status, 0) << err;

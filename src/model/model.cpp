@@ -164,6 +164,13 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
                   std::to_string((kv + scratch + store.minimum_budget()) / 1048576 + 1) + " MiB");
     }
   }
+  if (so.verbose && mode == WeightMode::Streaming) {
+    std::ifstream st("/proc/self/status");
+    std::string line;
+    while (std::getline(st, line))
+      if (line.starts_with("VmRSS:") || line.starts_with("VmHWM:") || line.starts_with("RssAnon:") || line.starts_with("RssFile:"))
+        std::fprintf(stderr, "spool: debug: after load %s\n", line.c_str());
+  }
   return model;
 }
 
@@ -174,14 +181,15 @@ uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx) {
 
 // Activations of one forward pass: the residual stream and its normed copy,
 // attention (q, k, v, output, scores over the context), the widest
-// feed-forward's gate/up, logits; plus a fixed allowance for the thread
-// stacks, tokenizer and matmul conversion buffers.
+// feed-forward's gate/up, logits; plus a fixed allowance for the process
+// itself (code, libraries, thread stacks, tokenizer: ~8 MiB measured) and
+// matmul conversion buffers.
 uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch) {
   const uint64_t n = (uint64_t)std::max(1, std::min(n_batch, n_ctx));
   const uint64_t ff = (uint64_t)std::max({c.n_ff, c.n_ff_exp * std::max(1, c.n_expert_shared), c.n_ff_exp});
   const uint64_t per_token = 8ull * c.n_embd + 4ull * std::max(c.q_dim(), c.n_embd) + 2 * ff + c.n_vocab +
                              (uint64_t)c.n_head * n_ctx;
-  return n * per_token * sizeof(float) + (24ull << 20);
+  return n * per_token * sizeof(float) + (40ull << 20);
 }
 
 static uint64_t read_u64_file(const char* path) {

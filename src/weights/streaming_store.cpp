@@ -43,21 +43,65 @@ int layer_of(const std::string& name) {
   return std::atoi(name.c_str() + 4);
 }
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+// Weight memory: large buffers are their own anonymous mappings (returned to
+// the system when freed, whatever malloc's trim thresholds; 2 MiB aligned
+// and marked for transparent huge pages), small ones come from malloc.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(uint8_t* p, size_t size, bool mapped) : p_(p), size_(size), mapped_(mapped) {}
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      std::swap(p_, o.p_), std::swap(size_, o.size_), std::swap(mapped_, o.mapped_);
+    }
+    return *this;
+  }
+  ~Buffer() { reset(); }
+  uint8_t* get() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  void reset() {
+    if (p_ && mapped_) munmap(p_, size_);
+    else if (p_) std::free(p_);
+    p_ = nullptr;
+    size_ = 0;
+  }
 
-Buffer alloc_aligned(uint64_t bytes, uint64_t align) {
+ private:
+  uint8_t* p_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+};
+
+// huge: the arena (2 MiB aligned, huge pages); otherwise page granular, so
+// a resident tensor costs its bytes rounded to 4 KiB and no more.
+Buffer alloc_aligned(uint64_t bytes, uint64_t align, bool huge = false) {
   constexpr uint64_t kHuge = 2u << 20;
-  const uint64_t a = bytes >= kHuge ? kHuge : std::max<uint64_t>(align, 64);
-  const uint64_t size = round_up(std::max<uint64_t>(bytes, 1), a);
-  void* p = std::aligned_alloc(a, size);
-  if (!p) throw Error("out of memory allocating " + mib(size) + " of weight memory");
+  if (bytes >= kHuge && !huge) {
+    const uint64_t size = round_up(bytes, 4096);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error("out of memory allocating " + mib(size) + " of weight memory");
+    return Buffer(static_cast<uint8_t*>(p), size, true);
+  }
+  if (bytes >= kHuge) {
+    const uint64_t size = round_up(bytes, kHuge);
+    // Over-map by one huge page and trim, so the buffer starts 2 MiB aligned.
+    void* raw = mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw Error("out of memory allocating " + mib(size) + " of weight memory");
+    const uintptr_t start = round_up((uintptr_t)raw, kHuge);
+    if (start > (uintptr_t)raw) munmap(raw, start - (uintptr_t)raw);
+    const uintptr_t end = (uintptr_t)raw + size + kHuge;
+    if (end > start + size) munmap((void*)(start + size), end - (start + size));
 #ifdef MADV_HUGEPAGE
-  if (a == kHuge) madvise(p, size, MADV_HUGEPAGE);
+    madvise((void*)start, size, MADV_HUGEPAGE);
 #endif
-  return Buffer(static_cast<uint8_t*>(p));
+    return Buffer((uint8_t*)start, size, true);
+  }
+  const uint64_t a = std::max<uint64_t>(align, 64);
+  void* p = std::aligned_alloc(a, round_up(std::max<uint64_t>(bytes, 1), a));
+  if (!p) throw Error("out of memory allocating " + mib(bytes) + " of weight memory");
+  return Buffer(static_cast<uint8_t*>(p), bytes, false);
 }
 
 // One file range of a unit and where its aligned superset lands in the unit's buffer.
@@ -171,7 +215,11 @@ class StreamingStoreImpl final : public StreamingStore {
     if (layer >= 0 && layer < (int)layer_units_.size()) enqueue(layer_units_[layer], low_);
   }
 
-  bool wants_expert_guess() const override { return opt_.speculate && !pools_[0].slots.empty(); }
+  // Guessing needs room for two layers' experts at once (this layer's and the
+  // guess); with fewer slots a guess only pushes out what this layer is using.
+  bool wants_expert_guess() const override {
+    return opt_.speculate && (int)pools_[0].slots.size() >= 2 * opt_.min_expert_slots;
+  }
 
   void guess_experts(const std::vector<const TensorEntry*>& tensors) override {
     std::vector<int> units = units_of(tensors);
@@ -320,8 +368,8 @@ class StreamingStoreImpl final : public StreamingStore {
     const Unit& u = units_[ui];
     const TensorEntry* t = u.pieces.front().t;
     const uint64_t pk = packed_bytes(*t);
-    if (pk == 0) return round_up(u.bytes, 64);
-    return round_up(pk, 64) + (t->name == "token_embd.weight" ? round_up(u.bytes, 64) : 0);
+    if (pk == 0) return round_up(u.bytes, 4096);
+    return round_up(pk, 4096) + (t->name == "token_embd.weight" ? round_up(u.bytes, 4096) : 0);
   }
 
   uint64_t packed_bytes(const TensorEntry& t) const {
@@ -384,7 +432,8 @@ class StreamingStoreImpl final : public StreamingStore {
     pools_[0].slot_bytes = expert_slot_bytes_;
     pools_[1].slot_bytes = tensor_slot;
     const uint64_t arena = n_expert_slots * expert_slot_bytes_ + n_tensor_slots * tensor_slot;
-    if (arena) arena_ = alloc_aligned(arena, 4096);
+    // Huge pages when their rounding still fits the budget.
+    if (arena) arena_ = alloc_aligned(arena, 4096, round_up(arena, 2u << 20) + resident <= budget);
     uint8_t* p = arena_.get();
     for (int k = 0; k < n_expert_slots + n_tensor_slots; ++k) {
       const int pool = k < n_expert_slots ? 0 : 1;
@@ -563,8 +612,9 @@ class StreamingStoreImpl final : public StreamingStore {
     const uint64_t now = tick_;
     int best = -1;
     double best_score = 0;
-    for (int pass = 0; pass < 4 && best < 0; ++pass) {
-      // pass 0: own layer if over quota; 1: layers over quota; 2: any; 3 (demand only): protected too.
+    for (int pass = 0; pass < 5 && best < 0; ++pass) {
+      // pass 0: own layer if over quota; 1: layers over quota; 2: any unprotected; demand only:
+      // 3: reads ahead for a later layer (speculation), 4: reads ahead for this layer (a re-read is certain).
       if (pass == 0 && own < pool.quota) continue;
       if (pass == 3 && !demand) break;
       for (int k : pool.slots) {
@@ -572,6 +622,7 @@ class StreamingStoreImpl final : public StreamingStore {
         if (s.state != SlotState::Ready || s.pins > 0) continue;
         if (pass < 3 && is_protected(s)) continue;
         const int l = units_[s.unit].layer;
+        if (pass == 3 && l == u.layer) continue;
         if (pass == 0 && l != u.layer) continue;
         if (pass == 1 && per_layer[l] <= pool.quota) continue;
         const double score = policy_->keep_score(s.meta, now);
