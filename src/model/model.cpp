@@ -187,8 +187,14 @@ uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx) {
 uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch) {
   const uint64_t n = (uint64_t)std::max(1, std::min(n_batch, n_ctx));
   const uint64_t ff = (uint64_t)std::max({c.n_ff, c.n_ff_exp * std::max(1, c.n_expert_shared), c.n_ff_exp});
-  const uint64_t per_token = 8ull * c.n_embd + 4ull * std::max(c.q_dim(), c.n_embd) + 2 * ff + c.n_vocab +
-                             (uint64_t)c.n_head * n_ctx;
+  uint64_t per_token = 8ull * c.n_embd + 4ull * std::max(c.q_dim(), c.n_embd) + 2 * ff + c.n_vocab +
+                      (uint64_t)c.n_head * n_ctx;
+  if (c.mla.enabled()) {  // each layer's MlaAttention keeps its own buffers (model/mla.cpp's forward)
+    const uint64_t H = c.n_head, L = c.mla.kv_lora_rank, r = c.rope.n_dims, dk = c.mla.head_dim_k,
+                   dv = c.mla.head_dim_v;
+    per_token += (uint64_t)c.n_layer * (H * dk + c.mla.q_lora_rank + (L + r) + H * std::max(r, L) + H * dv +
+                                        H * (L + r) + H * L + std::max(L, dv));
+  }
   return n * per_token * sizeof(float) + (40ull << 20);
 }
 
