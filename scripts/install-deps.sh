@@ -2,7 +2,7 @@
 # Installs the Debian/Ubuntu packages spool needs to build and test.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libgtest-dev libutf8proc-dev libcli11-dev nlohmann-json3-dev
-  libcurl4-openssl-dev liburing-dev libcpp-httplib-dev nginx-light)
+  libcurl4-openssl-dev liburing-dev libcpp-httplib-dev nginx-light openssl ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

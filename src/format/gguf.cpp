@@ -4,35 +4,34 @@
 // offset), padding to general.alignment, then the tensor data section.
 #include "format/gguf.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <regex>
 
 #include "core/error.h"
+#include "storage/storage.h"
 
 namespace spool::gguf {
 namespace {
 
-// Buffered sequential reader over a file descriptor that knows the file size
-// and refuses to read past it.
+// Buffered sequential reader over a Storage (a local file or a URL) that
+// knows the file size and refuses to read past it.
 class Reader {
  public:
   Reader(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw Error("cannot open '" + path + "': " + std::strerror(errno));
-    struct stat st{};
-    if (fstat(fd_, &st) != 0) throw Error("cannot stat '" + path + "': " + std::strerror(errno));
-    if (S_ISDIR(st.st_mode)) throw Error("'" + path + "' is a directory, not a GGUF file");
-    size_ = (uint64_t)st.st_size;
+    if (!is_url(path)) {
+      struct stat st{};
+      if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        throw Error("'" + path + "' is a directory, not a GGUF file");
+    }
+    StorageOptions options;
+    options.direct = false;  // the header is read once, in small pieces
+    storage_ = open_storage(path, options);
+    size_ = storage_->size();
   }
-  ~Reader() { if (fd_ >= 0) ::close(fd_); }
-  Reader(const Reader&) = delete;
-  Reader& operator=(const Reader&) = delete;
 
   uint64_t size() const { return size_; }
   uint64_t pos() const { return pos_; }
@@ -65,15 +64,14 @@ class Reader {
  private:
   void fill() {
     buf_.resize(1 << 20);
-    ssize_t r;
-    do { r = ::pread(fd_, buf_.data(), buf_.size(), (off_t)pos_); } while (r < 0 && errno == EINTR);
-    if (r <= 0) throw Error("read error on '" + path_ + "': " + (r < 0 ? std::strerror(errno) : "unexpected end"));
-    buf_len_ = (size_t)r;
+    const size_t n = (size_t)std::min<uint64_t>(buf_.size(), size_ - pos_);
+    storage_->read_unaligned(pos_, n, buf_.data());
+    buf_len_ = n;
     buf_pos_ = 0;
   }
 
   std::string path_;
-  int fd_ = -1;
+  std::unique_ptr<Storage> storage_;
   uint64_t size_ = 0, pos_ = 0;
   std::vector<uint8_t> buf_;
   size_t buf_pos_ = 0, buf_len_ = 0;

@@ -1,6 +1,6 @@
 // GGUF reader: parses the header, metadata (every value type, nested arrays)
 // and tensor directory of GGUF v2/v3 files, including split models
-// (name-00001-of-0000N.gguf). Every tensor's type, shape, alignment and extent
+// (name-00001-of-0000N.gguf), local or http(s):// URLs (read through Storage). Every tensor's type, shape, alignment and extent
 // is checked against its file at open; problems throw spool::Error naming the
 // file, key or tensor. Tensor data is not read here: the result is a Manifest.
 #pragma once

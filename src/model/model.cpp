@@ -17,6 +17,7 @@
 #include "format/hf_checkpoint.h"
 #include "model/arch_registry.h"
 #include "model/hf_tokenizer.h"
+#include "storage/storage.h"
 #include "weights/convert.h"
 #include "weights/streaming_store.h"
 
@@ -66,6 +67,16 @@ const TensorEntry& expect_tensor(const Manifest& m, const std::string& name, std
 }
 
 gguf::File open_model_file(const std::string& path) {
+  // Models over HTTP(S): GGUF files only (split ones too); see storage/http_storage.h.
+  if (is_url(path)) {
+    const std::string file = path.substr(0, path.find_first_of("?#"));
+    if (file.size() < 5 || file.compare(file.size() - 5, 5, ".gguf") != 0)
+      throw Error("'" + path + "': only GGUF files can be opened over HTTP (a URL ending in .gguf); " +
+                  "Hugging Face checkpoint directories must be local");
+    gguf::File f = gguf::open(path);
+    split_expert_tensors(f.manifest);
+    return f;
+  }
   if (!hf::is_checkpoint(path)) {
     gguf::File f = gguf::open(path);
     split_expert_tensors(f.manifest);  // experts are reached one at a time
@@ -121,8 +132,12 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   so.speculate = options.speculate;
   so.pack_resident = options.pack_streaming;
   so.verbose = options.verbose || (log && std::string(log) == "debug");
-  parts.weights = mode == WeightMode::Streaming ? std::unique_ptr<WeightStore>(make_streaming_store(parts.file.manifest, so))
-                                                : make_resident_store(parts.file.manifest);
+  if (mode == WeightMode::Streaming)
+    parts.weights = make_streaming_store(parts.file.manifest, so);
+  else if (is_url(path))  // over HTTP(S) nothing is mapped: every tensor is read into memory at load
+    parts.weights = make_loaded_store(parts.file.manifest, StorageOptions{});
+  else
+    parts.weights = make_resident_store(parts.file.manifest);
   parts.options = options;
   std::unique_ptr<Model> model = factory(std::move(parts));
   const int min_slots = model->config().n_expert_used > 0 ? model->config().n_expert_used + 1 : 0;

@@ -86,4 +86,9 @@ class WeightStore {
 // packed layout for their type, and their mapped pages are released.
 std::unique_ptr<WeightStore> make_resident_store(Manifest manifest);
 
+// Every tensor read through Storage into memory at load (no mmap): models
+// whose files are URLs, or local files when mapping is not wanted (loaded_store.cpp).
+struct StorageOptions;
+std::unique_ptr<WeightStore> make_loaded_store(Manifest manifest, const StorageOptions& options);
+
 }  // namespace spool
