@@ -77,6 +77,7 @@ struct EngineStats {
   int kv_blocks_total = 0;
   int kv_blocks_used = 0;             // held by requests (running or preempted)
   int kv_blocks_cached = 0;           // unreferenced but kept for prefix reuse
+  uint64_t kv_bytes = 0;              // the KV pool's size (reserved up front; count it in the memory budget)
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;
   // Latency samples since start, seconds (for histograms).

@@ -1,0 +1,362 @@
+// The serving engine: a scheduler thread that runs continuous batching over a
+// paged KV cache. Each step: take new submissions and cancellations, let the
+// scheduler plan the step, run one Model::forward over every planned row,
+// then sample, detokenize and report per request.
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "model/kv_paged.h"
+#include "runtime/scheduler.h"
+#include "runtime/text_stream.h"
+
+namespace spool {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+    case FinishReason::None: break;
+  }
+  return "none";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Request : SchedRequest {
+  RequestParams params;
+  RequestCallback callback;
+  Sampler sampler;
+  TextStream stream;
+  int completion_tokens = 0;
+  Clock::time_point submitted, last_token;
+  Request(RequestParams p, RequestCallback cb, int n_vocab)
+      : params(std::move(p)), callback(std::move(cb)), sampler(params.sampling, n_vocab), stream(params.stop) {}
+};
+
+// log-softmax of one row: the chosen token's logprob and the top-k alternatives.
+void fill_logprobs(const float* logits, int n_vocab, int32_t chosen, int top, RequestEvent& ev) {
+  float mx = logits[0];
+  for (int i = 1; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int i = 0; i < n_vocab; ++i) sum += std::exp((double)logits[i] - mx);
+  const float lse = mx + (float)std::log(sum);
+  ev.logprobs.push_back({chosen, logits[chosen] - lse});
+  std::vector<TokenLogprob> alts;
+  if (top > 0) {
+    std::vector<int32_t> ids(n_vocab);
+    for (int i = 0; i < n_vocab; ++i) ids[i] = i;
+    const int k = std::min(top, n_vocab);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (int i = 0; i < k; ++i) alts.push_back({ids[i], logits[ids[i]] - lse});
+  }
+  ev.top_logprobs.push_back(std::move(alts));
+}
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(Model& model, const EngineOptions& options) : model_(model), opt_(options) {
+    if (opt_.n_ctx <= 0 || opt_.max_running <= 0 || opt_.max_batch_tokens <= 0 || opt_.max_waiting < 0 ||
+        opt_.block_size <= 0)
+      throw Error("engine options: n_ctx, max_running, max_batch_tokens and block_size must be positive");
+    const KvShape shape = model.kv_shape();
+    const uint64_t bb = PagedKvCache::block_bytes(shape, opt_.block_size);
+    const int blocks_per_ctx = (opt_.n_ctx + opt_.block_size - 1) / opt_.block_size;
+    const uint64_t n_blocks = opt_.kv_bytes ? opt_.kv_bytes / bb : (uint64_t)blocks_per_ctx * opt_.max_running;
+    if (n_blocks < 1)
+      throw Error("engine options: kv_bytes " + std::to_string(opt_.kv_bytes) + " is smaller than one KV block (" +
+                  std::to_string(bb) + " bytes)");
+    kv_ = std::make_unique<PagedKvCache>(shape, opt_.block_size, (int)n_blocks, opt_.n_ctx, opt_.max_running);
+    SchedOptions so;
+    so.max_running = opt_.max_running;
+    so.max_batch_tokens = opt_.max_batch_tokens;
+    so.prefix_cache = opt_.prefix_cache;
+    sched_ = std::make_unique<Scheduler>(so, *kv_);
+    stats_.kv_blocks_total = kv_->n_blocks();
+    stats_.kv_bytes = kv_->bytes_allocated();
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~EngineImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  RequestId submit(RequestParams params, RequestCallback callback) override {
+    validate(params);
+    auto r = std::make_unique<Request>(std::move(params), std::move(callback), model_.config().n_vocab);
+    r->tokens = r->params.prompt;
+    r->n_prompt = (int)r->tokens.size();
+    r->priority = r->params.priority;
+    r->submitted = Clock::now();
+    for (int32_t t : r->tokens) r->sampler.accept(t);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) throw InvalidRequest("the engine is shutting down");
+    if ((int)incoming_.size() + n_waiting_ >= opt_.max_waiting)
+      throw QueueFull("request queue full (" + std::to_string(opt_.max_waiting) + " waiting)");
+    r->id = r->arrival = ++next_id_;
+    const RequestId id = r->id;
+    incoming_.push_back(std::move(r));
+    cv_.notify_all();
+    return id;
+  }
+
+  void cancel(RequestId id) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancels_.insert(id);
+    }
+    cv_.notify_all();
+  }
+
+  EngineStats stats() const override {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return stats_;
+  }
+  Model& model() override { return model_; }
+  const EngineOptions& options() const override { return opt_; }
+
+ private:
+  void validate(const RequestParams& p) const {
+    const int n_vocab = model_.config().n_vocab;
+    if (p.prompt.empty()) throw InvalidRequest("the prompt is empty");
+    if ((int)p.prompt.size() + 1 > opt_.n_ctx)
+      throw InvalidRequest("the prompt has " + std::to_string(p.prompt.size()) +
+                           " tokens; with one generated token that exceeds the context size " +
+                           std::to_string(opt_.n_ctx));
+    for (int32_t t : p.prompt)
+      if (t < 0 || t >= n_vocab)
+        throw InvalidRequest("prompt token id " + std::to_string(t) + " is out of range (vocab " +
+                             std::to_string(n_vocab) + ")");
+    if (p.max_tokens < 0) throw InvalidRequest("max_tokens must not be negative");
+    if (p.top_logprobs < -1 || p.top_logprobs > 20) throw InvalidRequest("top_logprobs must be between 0 and 20");
+    if (!(p.sampling.temperature >= 0)) throw InvalidRequest("temperature must not be negative");
+    if (!(p.sampling.top_p > 0)) throw InvalidRequest("top_p must be positive");
+  }
+
+  // Moves submissions into the scheduler and handles cancellations; waits when idle.
+  bool intake() {
+    std::vector<std::unique_ptr<Request>> fresh;
+    std::unordered_set<RequestId> cancels;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto ready = [&] { return stop_ || !incoming_.empty() || !cancels_.empty(); };
+      if (requests_.empty()) cv_.wait(lock, ready);
+      else if (idle_) cv_.wait_for(lock, std::chrono::milliseconds(20), ready);  // nothing could run last step
+      if (stop_) return false;
+      while (!incoming_.empty()) {
+        fresh.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+      cancels.swap(cancels_);
+    }
+    for (auto& r : fresh) {
+      sched_->add(r.get());
+      const RequestId id = r->id;
+      requests_.emplace(id, std::move(r));
+    }
+    for (RequestId id : cancels) {
+      auto it = requests_.find(id);
+      if (it != requests_.end()) finish(*it->second, FinishReason::Cancelled, RequestEvent{});
+    }
+    return true;
+  }
+
+  void finish(Request& r, FinishReason reason, RequestEvent ev, const std::string& error = "") {
+    sched_->remove(&r);
+    ev.id = r.id;
+    if (reason != FinishReason::Error && reason != FinishReason::Cancelled) ev.text += r.stream.flush();
+    ev.finished = true;
+    ev.reason = reason;
+    ev.error = error;
+    ev.prompt_tokens = r.n_prompt;
+    ev.cached_tokens = r.cached_tokens;
+    ev.completion_tokens = r.completion_tokens;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.requests_finished;
+      stats_.prompt_tokens += r.n_prompt;
+    }
+    RequestCallback cb = std::move(r.callback);
+    requests_.erase(r.id);  // r is gone from here on
+    publish_stats();        // its blocks are already back: the finished event sees that in stats()
+    emit(cb, ev);
+  }
+
+  // A throwing callback must not take the engine thread down.
+  static void emit(const RequestCallback& cb, const RequestEvent& ev) {
+    if (!cb) return;
+    try {
+      cb(ev);
+    } catch (...) {
+    }
+  }
+
+  // Samples the next token of r from its logits row and reports it.
+  void advance(Request& r, const float* logits, Clock::time_point now) {
+    const Tokenizer& tok = model_.tokenizer();
+    const int n_vocab = model_.config().n_vocab;
+    RequestEvent ev;
+    ev.id = r.id;
+    if (r.params.max_tokens == 0) {
+      finish(r, FinishReason::Length, std::move(ev));
+      return;
+    }
+    const int32_t next = r.sampler.sample(logits);
+    r.sampler.accept(next);
+    ++r.completion_tokens;
+    ev.tokens.push_back(next);
+    if (r.params.top_logprobs >= 0) fill_logprobs(logits, n_vocab, next, r.params.top_logprobs, ev);
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.generated_tokens;
+      if (r.completion_tokens == 1) stats_.ttft.push_back(seconds_between(r.submitted, now));
+      else stats_.inter_token.push_back(seconds_between(r.last_token, now));
+    }
+    r.last_token = now;
+    if (tok.is_eog(next) && !r.params.ignore_eos) {
+      finish(r, FinishReason::Stop, std::move(ev));
+      return;
+    }
+    ev.text = r.stream.push(tok.token_to_piece(next));
+    if (r.stream.stopped()) {
+      finish(r, FinishReason::Stop, std::move(ev));
+      return;
+    }
+    r.tokens.push_back(next);
+    if (r.completion_tokens >= r.params.max_tokens || (int)r.tokens.size() >= opt_.n_ctx) {
+      finish(r, FinishReason::Length, std::move(ev));
+      return;
+    }
+    emit(r.callback, ev);
+  }
+
+  void step() {
+    for (SchedRequest* f : sched_->take_failed()) {
+      Request& r = static_cast<Request&>(*f);
+      finish(r, FinishReason::Error, RequestEvent{}, r.error);
+    }
+    std::vector<StepChunk> plan = sched_->plan();
+    idle_ = plan.empty();
+    for (SchedRequest* f : sched_->take_failed()) {
+      Request& r = static_cast<Request&>(*f);
+      finish(r, FinishReason::Error, RequestEvent{}, r.error);
+    }
+    if (!plan.empty()) {
+      batch_.clear();
+      for (const StepChunk& c : plan)
+        for (int i = 0; i < c.n; ++i)
+          batch_.add(c.req->tokens[c.begin + i], c.begin + i, c.req->slot, c.logits && i + 1 == c.n);
+      const int n_vocab = model_.config().n_vocab;
+      logits_.resize((size_t)std::max(1, batch_.n_outputs()) * n_vocab);
+      std::string error;
+      try {
+        model_.forward(batch_, *kv_, logits_.data());
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      if (!error.empty()) {  // fail the step's requests, keep serving the others
+        std::vector<RequestId> ids;
+        for (const StepChunk& c : plan) ids.push_back(c.req->id);
+        for (RequestId id : ids) {
+          auto it = requests_.find(id);
+          if (it != requests_.end()) finish(*it->second, FinishReason::Error, RequestEvent{}, error);
+        }
+      } else {
+        sched_->commit(plan);
+        const Clock::time_point now = Clock::now();
+        int row = 0;
+        for (const StepChunk& c : plan)
+          if (c.logits) advance(static_cast<Request&>(*c.req), logits_.data() + (size_t)row++ * n_vocab, now);
+      }
+    }
+    publish_stats();
+  }
+
+  void publish_stats() {
+    int waiting = (int)sched_->waiting().size();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      n_waiting_ = waiting;
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.running = (int)sched_->running().size();
+    stats_.waiting = waiting;
+    stats_.kv_blocks_used = kv_->n_held();
+    stats_.kv_blocks_cached = kv_->n_cached();
+    stats_.preemptions = sched_->preemptions();
+    stats_.prefix_hit_tokens = sched_->prefix_hit_tokens();
+  }
+
+  void loop() {
+    while (intake()) step();
+    // Shutting down: everything left is cancelled.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (!incoming_.empty()) {
+        auto r = std::move(incoming_.front());
+        incoming_.pop_front();
+        sched_->add(r.get());
+        const RequestId id = r->id;
+        requests_.emplace(id, std::move(r));
+      }
+    }
+    while (!requests_.empty()) finish(*requests_.begin()->second, FinishReason::Cancelled, RequestEvent{});
+    publish_stats();
+  }
+
+  Model& model_;
+  EngineOptions opt_;
+  std::unique_ptr<PagedKvCache> kv_;
+  std::unique_ptr<Scheduler> sched_;
+  std::thread thread_;
+
+  // Shared with submitters (mu_).
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  RequestId next_id_ = 0;
+  std::deque<std::unique_ptr<Request>> incoming_;
+  std::unordered_set<RequestId> cancels_;
+  int n_waiting_ = 0;
+
+  // Engine thread only.
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  Batch batch_;
+  std::vector<float> logits_;
+  bool idle_ = false;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_engine(Model& model, const EngineOptions& options) {
+  return std::make_unique<EngineImpl>(model, options);
+}
+
+}  // namespace spool

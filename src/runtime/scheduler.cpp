@@ -1,0 +1,206 @@
+// Scheduler: the step planner as small policy steps (decodes, prefill
+// chunks, admission) over shared preemption and block helpers.
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace spool {
+
+Scheduler::Scheduler(const SchedOptions& options, PagedKvCache& kv) : opt_(options), kv_(kv) {
+  if (opt_.prefix_cache) prefix_ = std::make_unique<PrefixCache>(kv_);
+  for (int s = opt_.max_running - 1; s >= 0; --s) free_slots_.push_back(s);
+}
+
+bool Scheduler::before(const SchedRequest* a, const SchedRequest* b) {
+  if (a->priority != b->priority) return a->priority > b->priority;
+  return a->arrival < b->arrival;
+}
+
+SchedRequest* Scheduler::pick_victim() const {
+  SchedRequest* v = nullptr;
+  for (SchedRequest* r : running_)
+    if (!v || before(v, r)) v = r;
+  return v;
+}
+
+bool Scheduler::can_ever_fit(const SchedRequest* r) const {
+  return blocks_for((int)r->tokens.size() + 1) <= kv_.n_blocks();
+}
+
+void Scheduler::add(SchedRequest* r) { waiting_.push_back(r); }
+
+void Scheduler::release(SchedRequest* r) {
+  if (r->slot >= 0) {
+    kv_.clear(r->slot);
+    free_slots_.push_back(r->slot);
+    r->slot = -1;
+  }
+  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
+}
+
+void Scheduler::remove(SchedRequest* r) {
+  release(r);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+}
+
+void Scheduler::fail(SchedRequest* r, const std::string& why) {
+  r->error = why;
+  remove(r);
+  failed_.push_back(r);
+}
+
+std::vector<SchedRequest*> Scheduler::take_failed() {
+  std::vector<SchedRequest*> out;
+  out.swap(failed_);
+  return out;
+}
+
+void Scheduler::preempt(SchedRequest* r, std::vector<StepChunk>& plan, int& budget) {
+  for (auto it = plan.begin(); it != plan.end();) {
+    if (it->req == r) {
+      budget += it->n;
+      it = plan.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  release(r);
+  r->n_computed = 0;
+  r->n_indexed = 0;
+  r->last_key = PrefixCache::kRoot;
+  waiting_.push_back(r);  // its arrival puts it ahead of everyone who came later
+  ++preemptions_;
+}
+
+bool Scheduler::make_room(SchedRequest* r, int begin, int end, std::vector<StepChunk>& plan, int& budget) {
+  while (!kv_.prepare_write(r->slot, begin, end)) {
+    SchedRequest* victim = pick_victim();
+    if (victim == r && running_.size() == 1) {
+      fail(r, "the KV cache pool (" + std::to_string(kv_.n_blocks()) + " blocks of " +
+                  std::to_string(kv_.block_size()) + " positions) cannot hold this request's " +
+                  std::to_string(end) + " positions");
+      return false;
+    }
+    preempt(victim, plan, budget);
+    if (victim == r) return false;
+  }
+  return true;
+}
+
+void Scheduler::schedule_decodes(std::vector<StepChunk>& plan, int& budget) {
+  std::vector<SchedRequest*> order = running_;
+  std::sort(order.begin(), order.end(), before);
+  for (SchedRequest* r : order) {
+    if (budget <= 0) break;
+    if (r->slot < 0 || r->pending() != 1) continue;  // preempted meanwhile, or still prefilling
+    if (make_room(r, r->n_computed, r->n_computed + 1, plan, budget)) {
+      plan.push_back({r, r->n_computed, 1, true});
+      budget -= 1;
+    }
+  }
+}
+
+void Scheduler::schedule_prefills(std::vector<StepChunk>& plan, int& budget) {
+  std::vector<SchedRequest*> order = running_;
+  std::sort(order.begin(), order.end(), before);
+  for (SchedRequest* r : order) {
+    if (budget <= 0) break;
+    if (r->slot < 0 || r->pending() <= 1) continue;
+    const int n = std::min(r->pending(), budget);
+    if (make_room(r, r->n_computed, r->n_computed + n, plan, budget)) {
+      plan.push_back({r, r->n_computed, n, r->n_computed + n == (int)r->tokens.size()});
+      budget -= n;
+    }
+  }
+}
+
+std::unordered_set<uint64_t> Scheduler::inflight_keys() const {
+  std::unordered_set<uint64_t> keys;
+  if (!prefix_) return keys;
+  const int bs = kv_.block_size();
+  for (const SchedRequest* r : running_) {
+    if (r->pending() <= 1) continue;
+    const std::vector<uint64_t> k = prefix_->keys_of(r->tokens);
+    for (size_t i = r->n_computed / bs; i < k.size(); ++i) keys.insert(k[i]);
+  }
+  return keys;
+}
+
+void Scheduler::admit_waiting(std::vector<StepChunk>& plan, int& budget) {
+  std::sort(waiting_.begin(), waiting_.end(), before);
+  std::unordered_set<uint64_t> inflight = inflight_keys();
+  const int bs = kv_.block_size();
+  const std::vector<SchedRequest*> order = waiting_;
+  for (SchedRequest* r : order) {
+    if ((int)running_.size() >= opt_.max_running || free_slots_.empty() || budget <= 0) break;
+    if (!can_ever_fit(r)) {
+      fail(r, "the KV cache pool (" + std::to_string(kv_.n_blocks()) + " blocks of " + std::to_string(bs) +
+                  " positions) cannot hold this request's " + std::to_string(r->tokens.size() + 1) + " positions");
+      continue;
+    }
+    // The longest cached run of full blocks; at least the last token is recomputed for its logits.
+    std::vector<int> matched;
+    std::vector<uint64_t> keys;
+    if (prefix_) {
+      keys = prefix_->keys_of(r->tokens);
+      matched = prefix_->match(r->tokens, (int)keys.size());
+      // Another request is computing the next block of this prefix right now: wait for it, then share it.
+      if (matched.size() < keys.size() && inflight.count(keys[matched.size()])) continue;
+    }
+    const int n_tok = (int)r->tokens.size();
+    const int cached = std::min((int)matched.size() * bs, n_tok - 1);
+    int revived = 0;
+    for (int b : matched) revived += kv_.refcount(b) == 0;
+    const int need = blocks_for(n_tok) - (int)matched.size() + (cached < (int)matched.size() * bs ? 1 : 0);
+    if (need > kv_.n_available() - revived) break;  // FCFS: wait for blocks rather than let others pass
+
+    r->slot = free_slots_.back();
+    free_slots_.pop_back();
+    for (int b : matched) kv_.append_shared(r->slot, b);
+    r->n_computed = cached;
+    r->n_indexed = (int)matched.size();
+    r->last_key = matched.empty() ? PrefixCache::kRoot : keys[matched.size() - 1];
+    if (!r->admitted_once) {
+      r->admitted_once = true;
+      r->cached_tokens = cached;
+      prefix_hit_tokens_ += cached;
+    }
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), r));
+    running_.push_back(r);
+    for (size_t i = cached / bs; i < keys.size(); ++i) inflight.insert(keys[i]);
+
+    const int n = std::min(r->pending(), budget);
+    if (make_room(r, r->n_computed, r->n_computed + n, plan, budget)) {
+      plan.push_back({r, r->n_computed, n, r->n_computed + n == n_tok});
+      budget -= n;
+    }
+  }
+}
+
+std::vector<StepChunk> Scheduler::plan() {
+  std::vector<StepChunk> plan;
+  int budget = opt_.max_batch_tokens;
+  schedule_decodes(plan, budget);
+  schedule_prefills(plan, budget);
+  admit_waiting(plan, budget);
+  return plan;
+}
+
+void Scheduler::commit(const std::vector<StepChunk>& chunks) {
+  const int bs = kv_.block_size();
+  for (const StepChunk& c : chunks) {
+    SchedRequest* r = c.req;
+    SPOOL_CHECK(r->n_computed == c.begin);
+    r->n_computed += c.n;
+    if (!prefix_ || r->slot < 0) continue;
+    const std::vector<int>& table = kv_.table(r->slot);
+    while ((r->n_indexed + 1) * bs <= r->n_computed) {
+      r->last_key = prefix_->insert(r->last_key, r->tokens.data() + (size_t)r->n_indexed * bs, table[r->n_indexed]);
+      ++r->n_indexed;
+    }
+  }
+}
+
+}  // namespace spool

@@ -1,0 +1,99 @@
+// The serving scheduler: decides, step by step, which tokens of which
+// requests go into the next forward pass, and manages their KV blocks.
+//
+// Per step (plan()): a token budget (max_batch_tokens); running decodes
+// first, then the next prefill chunk of partially prefilled requests, then
+// admission of waiting requests (priority, then arrival order) while slots,
+// budget and free blocks allow, reusing cached prefix blocks. When the pool
+// runs out, the lowest-priority, youngest running request is preempted: its
+// blocks are released and it waits again at the front of its priority, to be
+// recomputed from its prompt plus what it has generated. A request that
+// cannot fit in the pool even alone is failed (take_failed()).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "model/kv_paged.h"
+#include "runtime/prefix_cache.h"
+
+namespace spool {
+
+// What the scheduler knows of a request. The engine's request embeds it.
+struct SchedRequest {
+  uint64_t id = 0;
+  int priority = 0;
+  uint64_t arrival = 0;            // submission order
+  std::vector<int32_t> tokens;     // prompt, then the generated tokens
+  int n_prompt = 0;                // prompt length at submission
+  int n_computed = 0;              // leading tokens whose K/V the sequence holds
+  int slot = -1;                   // KV sequence id while running
+  bool admitted_once = false;
+  int cached_tokens = 0;           // prompt tokens served by the prefix cache at first admission
+  std::string error;               // set when failed
+  // Prefix-cache bookkeeping: blocks [0, n_indexed) of the table are indexed; last_key is the last one's key.
+  int n_indexed = 0;
+  uint64_t last_key = PrefixCache::kRoot;
+  int pending() const { return (int)tokens.size() - n_computed; }
+};
+
+struct SchedOptions {
+  int max_running = 8;
+  int max_batch_tokens = 512;
+  bool prefix_cache = true;
+};
+
+// One request's rows in a step: tokens [begin, begin + n) of its sequence.
+struct StepChunk {
+  SchedRequest* req = nullptr;
+  int begin = 0, n = 0;
+  bool logits = false;  // the chunk reaches the end of the request's tokens: sample after it
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedOptions& options, PagedKvCache& kv);
+
+  void add(SchedRequest* r);      // joins the waiting queue
+  void remove(SchedRequest* r);   // finished or cancelled: leaves the queues, releases its blocks
+  // Plans the next step and makes its KV positions writable.
+  std::vector<StepChunk> plan();
+  // After the forward pass: advances n_computed and indexes newly full blocks.
+  void commit(const std::vector<StepChunk>& chunks);
+  // Requests that can never fit (error set); they are no longer queued.
+  std::vector<SchedRequest*> take_failed();
+
+  const std::vector<SchedRequest*>& running() const { return running_; }
+  const std::vector<SchedRequest*>& waiting() const { return waiting_; }
+  uint64_t preemptions() const { return preemptions_; }
+  uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
+  PrefixCache* prefix_cache() { return prefix_.get(); }
+
+ private:
+  // Policy pieces.
+  static bool before(const SchedRequest* a, const SchedRequest* b);  // scheduling order
+  SchedRequest* pick_victim() const;                               // lowest priority, youngest
+  int blocks_for(int n_pos) const { return (n_pos + kv_.block_size() - 1) / kv_.block_size(); }
+  bool can_ever_fit(const SchedRequest* r) const;
+  void schedule_decodes(std::vector<StepChunk>& plan, int& budget);
+  void schedule_prefills(std::vector<StepChunk>& plan, int& budget);
+  void admit_waiting(std::vector<StepChunk>& plan, int& budget);
+  bool admit(SchedRequest* r);  // takes a slot and shares its cached prefix; false if it must wait
+  // Makes [begin, end) writable for r, preempting others (or r) if needed; false if r lost its place.
+  bool make_room(SchedRequest* r, int begin, int end, std::vector<StepChunk>& plan, int& budget);
+  void preempt(SchedRequest* r, std::vector<StepChunk>& plan, int& budget);
+  void fail(SchedRequest* r, const std::string& why);
+  void release(SchedRequest* r);
+  std::unordered_set<uint64_t> inflight_keys() const;  // prompt blocks being prefilled now
+
+  SchedOptions opt_;
+  PagedKvCache& kv_;
+  std::unique_ptr<PrefixCache> prefix_;
+  std::vector<SchedRequest*> running_, waiting_, failed_;
+  std::vector<int> free_slots_;
+  uint64_t preemptions_ = 0, prefix_hit_tokens_ = 0;
+};
+
+}  // namespace spool
