@@ -42,6 +42,8 @@ json model_object(const ServerContext& ctx) {
               {"meta",
                {{"arch", m.config().arch},
                 {"n_ctx", ctx.engine.options().n_ctx},
+                {"parallel", ctx.engine.options().max_running},
+                {"kv_block_size", ctx.engine.options().block_size},
                 {"n_ctx_train", m.config().n_ctx_train},
                 {"n_vocab", m.config().n_vocab},
                 {"chat_template", ctx.chat_template != nullptr}}}};
@@ -188,6 +190,8 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
   ctx_->http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
   ctx_->http.set_payload_max_length(ctx_->options.max_body_bytes);
   ctx_->http.set_tcp_nodelay(true);
+  // An idle keep-alive connection holds a worker until this runs out, and stop() waits for the workers.
+  ctx_->http.set_keep_alive_timeout(2);
   add_hooks(*ctx_);
   add_routes(*ctx_);
 }

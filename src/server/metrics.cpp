@@ -63,6 +63,7 @@ std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& 
                 s.kv_blocks_used);
   append_metric(out, "spool_kv_blocks_cached", "gauge", "KV cache blocks unreferenced but kept for prefix reuse.",
                 s.kv_blocks_cached);
+  append_metric(out, "spool_kv_bytes", "gauge", "Bytes of the KV pool (reserved at start).", (double)s.kv_bytes);
   append_metric(out, "spool_preemptions_total", "counter", "Requests preempted when KV blocks ran out.",
                 (double)s.preemptions);
   out += "# HELP spool_http_responses_total HTTP responses by status code.\n"
