@@ -93,7 +93,11 @@ std::vector<std::vector<int32_t>> run_all(Engine& e, const std::vector<std::vect
 struct ModelCase { const char* path; };
 const ModelCase kModels[] = {{"/models/stories260K.gguf"},
                              {"/fixtures/gguf/qwen2-tiny.f32.gguf"},
-                             {"/fixtures/gguf/deepseek3-tiny.f32.gguf"}};
+                             {"/fixtures/gguf/deepseek3-tiny.f32.gguf"},
+                             {"/fixtures/gguf/qwen2-tiny.q8_0.gguf"},
+                             {"/fixtures/gguf/deepseek3-tiny.q8_0.gguf"},
+                             {"/fixtures/gguf/mixtral-tiny.q8_0.gguf"},
+                             {"/fixtures/gguf/llama-tiny.q8_0.gguf"}};
 
 }  // namespace
 

@@ -42,12 +42,18 @@ ThreadPool::~ThreadPool() {
 // Claims and runs tasks of `job` until none remain (or the job is over).
 void ThreadPool::work(uint64_t job, int thread) {
   uint64_t v = next_.load(std::memory_order_acquire);
+  if (job_of(v) != job) return;
+  // The job's parameters, read after seeing it published. A claim below
+  // succeeds only while the job is still current, so these are its values.
+  const int64_t n_tasks = n_tasks_;
+  const std::function<void(int64_t, int)>* fn = fn_;
+  std::atomic_thread_fence(std::memory_order_acquire);
   for (;;) {
     if (job_of(v) != job) return;
     const int64_t task = (int64_t)(v & 0xffffffffu);
-    if (task >= n_tasks_) return;
+    if (task >= n_tasks) return;
     if (!next_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-    (*fn_)(task, thread);
+    (*fn)(task, thread);
     n_done_.fetch_add(1, std::memory_order_release);
     v = next_.load(std::memory_order_acquire);
   }
@@ -59,6 +65,12 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t, int)>& f
     for (int64_t i = 0; i < n_tasks; ++i) fn(i, 0);
     return;
   }
+  // Close the previous job first: a worker that read its (exhausted) counter
+  // must not be able to claim through it once n_tasks_ and fn_ change below
+  // (that claim would run a stale task and count it in the new job's n_done_).
+  ++job_;
+  next_.store((job_ << 32) | 0xffffffffu, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   fn_ = &fn;
   n_tasks_ = n_tasks;
   n_done_.store(0, std::memory_order_relaxed);
