@@ -30,10 +30,10 @@ const std::string kModel = std::string(SPOOL_SHARED_DIR) + "/models/stories260K.
 // stop strings, cancel and the queue limit.
 class FakeEngine : public Engine {
  public:
-  explicit FakeEngine(int step_ms = 1) : step_ms_(step_ms) {
+  explicit FakeEngine(int step_ms = 1, int n_ctx = 64) : step_ms_(step_ms) {
     model_ = load_model(kModel, LoadOptions{1});
     script_ = model_->tokenizer().encode(" Once upon a time, there was a little dog. He was happy.", false, false);
-    options_.n_ctx = 64;
+    options_.n_ctx = n_ctx;
     options_.max_waiting = 4;
   }
   ~FakeEngine() override {
@@ -122,8 +122,8 @@ class FakeEngine : public Engine {
 
 class ServerTest : public ::testing::Test {
  protected:
-  void start(ServerOptions o = {}, int step_ms = 1) {
-    engine_ = std::make_unique<FakeEngine>(step_ms);
+  void start(ServerOptions o = {}, int step_ms = 1, int n_ctx = 64) {
+    engine_ = std::make_unique<FakeEngine>(step_ms, n_ctx);
     o.port = 0;
     o.model_id = "stories260K.gguf";
     server_ = std::make_unique<ApiServer>(*engine_, o);
@@ -356,6 +356,29 @@ TEST_F(ServerTest, ClientGoneMidStreamCancels) {
   for (int i = 0; i < 200 && engine_->active_ > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(engine_->active_, 0);
   EXPECT_TRUE(engine_->is_cancelled(1));
+}
+
+TEST_F(ServerTest, LongNonStreamedAnswerIsValidJsonAndCancelsWhenTheClientLeaves) {
+  start(ServerOptions{}, 25, 2048);  // 25 ms a token
+  // Longer than the 1 s grace: a chunked body with leading spaces, still one JSON document.
+  auto r = post("/v1/completions", R"({"prompt": "a", "max_tokens": 60})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.front(), ' ');
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 60);
+  EXPECT_EQ(j["choices"][0]["text"], script_text(60));
+  // A client that leaves at the first byte of a long answer: its request is cancelled.
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = R"({"prompt": "a", "max_tokens": 1000})";
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return false; };
+  client_->send(req);
+  for (int i = 0; i < 200 && engine_->active_ > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine_->active_, 0);
+  EXPECT_TRUE(engine_->is_cancelled(2));
 }
 
 TEST_F(ServerTest, TokenizeAndDetokenize) {

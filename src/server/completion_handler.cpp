@@ -1,8 +1,10 @@
 // POST /v1/completions and /v1/chat/completions: validate, submit to the
 // engine, then either wait for the whole answer or stream it as SSE chunks.
-// A streaming client that goes away is noticed when a write fails (token
-// chunks, or an SSE comment sent while nothing else is); its request is then
-// cancelled so its KV blocks are freed at once.
+// A client that goes away is noticed when a write fails: streamed, a token
+// chunk or an SSE comment sent while nothing else is; not streamed, a request
+// still running after kSyncGrace is answered with a chunked body whose JSON
+// is preceded by a space every kKeepAliveInterval (valid JSON whitespace).
+// Its request is then cancelled so its KV blocks are freed at once.
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +19,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 constexpr auto kKeepAliveInterval = std::chrono::milliseconds(200);
+// Non-streamed answers that take longer than this commit to status 200 and a chunked body (see above).
+constexpr auto kSyncGrace = std::chrono::milliseconds(1000);
 
 RequestId submit(ServerContext& ctx, RequestParams params, const std::shared_ptr<RequestChannel>& channel) {
   try {
@@ -84,6 +88,42 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
   }
 }
 
+struct WholeState {
+  ServerContext* ctx = nullptr;
+  std::shared_ptr<RequestChannel> channel;
+  RequestId id = 0;
+  ResponseMeta meta;
+  Generation g;
+};
+
+std::string whole_body(const WholeState& st) {
+  const TokenText text = [&](int32_t t) { return st.ctx->engine.model().tokenizer().token_to_piece(t); };
+  return dump_json(completion_response(st.meta, st.g, text));
+}
+
+// A non-streamed answer that outlived kSyncGrace: the status is already 200, so
+// an engine failure now can only be reported as an error object in the body.
+bool send_whole(WholeState& st, httplib::DataSink& sink) {
+  auto last_write = Clock::now();
+  while (!st.g.finished) {
+    for (const RequestEvent& ev : st.channel->wait(kPollInterval)) st.g.add(ev);
+    if (!st.g.finished && Clock::now() - last_write >= kKeepAliveInterval) {
+      last_write = Clock::now();
+      if (!sink.write(" ", 1)) {
+        st.ctx->engine.cancel(st.id);
+        return false;
+      }
+    }
+  }
+  const std::string body =
+      st.g.reason == FinishReason::Error
+          ? dump_json(error_json(ApiError(500, "generation failed: " + st.g.error, "server_error", "engine_error")))
+          : whole_body(st);
+  if (!sink.write(body.data(), body.size())) return false;
+  sink.done();
+  return true;
+}
+
 }  // namespace
 
 void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
@@ -103,13 +143,25 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   const RequestId id = submit(ctx, std::move(params), channel);
 
   if (!api.stream) {
-    Generation g;
-    while (!g.finished)
-      for (const RequestEvent& ev : channel->wait(kPollInterval)) g.add(ev);
-    if (g.reason == FinishReason::Error)
-      throw ApiError(500, "generation failed: " + g.error, "server_error", "engine_error");
-    const TokenText text = [&](int32_t t) { return ctx.engine.model().tokenizer().token_to_piece(t); };
-    res.set_content(dump_json(completion_response(meta, g, text)), "application/json");
+    auto st = std::make_shared<WholeState>();
+    st->ctx = &ctx;
+    st->channel = channel;
+    st->id = id;
+    st->meta = meta;
+    const auto deadline = Clock::now() + kSyncGrace;
+    while (!st->g.finished && Clock::now() < deadline)
+      for (const RequestEvent& ev : channel->wait(kPollInterval)) st->g.add(ev);
+    if (st->g.finished) {
+      if (st->g.reason == FinishReason::Error)
+        throw ApiError(500, "generation failed: " + st->g.error, "server_error", "engine_error");
+      res.set_content(whole_body(*st), "application/json");
+      return;
+    }
+    res.set_chunked_content_provider(
+        "application/json", [st](size_t, httplib::DataSink& sink) { return send_whole(*st, sink); },
+        [st](bool) {
+          if (!st->g.finished) st->ctx->engine.cancel(st->id);  // the connection ended early
+        });
     return;
   }
 
