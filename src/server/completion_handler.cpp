@@ -60,7 +60,7 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
   const TokenText text = [&](int32_t t) { return st.ctx->engine.model().tokenizer().token_to_piece(t); };
   if (st.meta.endpoint == Endpoint::ChatCompletions && !st.role_sent) {
     st.role_sent = true;
-    if (!write(sse_data(role_chunk(st.meta)))) return cancel();
+    if (!write(sse_data(role_chunk(st.meta, st.include_usage)))) return cancel();
   }
   while (true) {
     const std::vector<RequestEvent> events = st.channel->wait(kPollInterval);

@@ -103,10 +103,11 @@ json completion_response(const ResponseMeta& m, const Generation& g, const Token
   return out;
 }
 
-json role_chunk(const ResponseMeta& m) {
+json role_chunk(const ResponseMeta& m, bool include_usage) {
   json out = base_object(m, "chat.completion.chunk");
   out["choices"] = json::array(
       {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  if (include_usage) out["usage"] = nullptr;
   return out;
 }
 

@@ -54,7 +54,7 @@ json completion_response(const ResponseMeta& m, const Generation& g, const Token
 
 // Streaming: one chunk per event (possibly none, possibly two: content then
 // finish), and the usage chunk. `text_offset` is the completion text already sent.
-json role_chunk(const ResponseMeta& m);  // chat only: delta {"role": "assistant", "content": ""}
+json role_chunk(const ResponseMeta& m, bool include_usage);  // chat only: delta {"role": "assistant", "content": ""}
 std::vector<json> event_chunks(const ResponseMeta& m, const RequestEvent& ev, const TokenText& text,
                                size_t text_offset, bool include_usage);
 json usage_chunk(const ResponseMeta& m, const RequestEvent& final_event);
