@@ -88,6 +88,7 @@ TEST(GgufWriter, RoundTripsEveryValueTypeAndTensorData) {
   w.add_tensor("a", DType::F32, {3});          // 12 bytes: padding follows
   w.add_tensor("b", DType::Q8_0, {32, 2});     // 68 bytes
   w.add_tensor("c", DType::F32, {7, 1, 1, 1});
+  const uint64_t planned = w.header_bytes() + w.data_bytes();  // known before writing
   w.begin(path);
   w.write_tensor(0, a.data());
   w.write_tensor(1, b.data());
@@ -137,6 +138,7 @@ TEST(GgufWriter, RoundTripsEveryValueTypeAndTensorData) {
   EXPECT_EQ(f.manifest.require("c").shape, (std::vector<int64_t>{7, 1, 1, 1}));
   EXPECT_EQ(f.manifest.require("b").type, DType::Q8_0);
   EXPECT_EQ(bytes.size() % 64, 0u);  // the last tensor is padded too
+  EXPECT_EQ(bytes.size(), planned);
 }
 
 TEST(GgufWriter, ParallelRowsMatchSerialRows) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -95,8 +96,18 @@ class Writer::Sink {
  public:
   static constexpr size_t kBufferBytes = 32u << 20;
 
-  explicit Sink(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  Sink(const std::string& path, bool direct) : path_(path) {
+    fd_ = -1;
+#ifdef O_DIRECT
+    // O_DIRECT where the filesystem takes it (not tmpfs): the page cache's
+    // write-back is often several times slower than the device, and a big
+    // file written through it evicts everyone else's cached data.
+    if (direct) fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+    direct_ = fd_ >= 0;
+#else
+    (void)direct;
+#endif
+    if (fd_ < 0) fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) throw Error("cannot create '" + path + "': " + std::strerror(errno));
     fill_.reserve(kBufferBytes);
     spare_.reserve(kBufferBytes);
@@ -110,7 +121,9 @@ class Writer::Sink {
     cv_.notify_all();
     thread_.join();
     if (fd_ >= 0) ::close(fd_);
+    std::free(staging_);
   }
+  bool direct() const { return direct_; }
 
   void append(const void* p, size_t n) {
     std::memcpy(reserve(n), p, n);
@@ -133,6 +146,14 @@ class Writer::Sink {
   void close() {
     hand_off();
     wait_idle();
+    if (direct_ && staged_ > 0) {  // the unaligned tail, without O_DIRECT
+#ifdef O_DIRECT
+      const int flags = ::fcntl(fd_, F_GETFL);
+      if (flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0) fail("fcntl");
+#endif
+      write_all(staging_, staged_);
+      staged_ = 0;
+    }
     // No fsync: the rename in finish() already keeps partial files out of
     // sight, and forcing a multi-GB file to the device would only slow synth.
     if (::close(fd_) != 0) fail("close");
@@ -172,7 +193,8 @@ class Writer::Sink {
       cv_.wait(lock, [this] { return busy_ || stop_; });
       if (!busy_) return;
       lock.unlock();
-      write_all(spare_.data(), spare_.size());
+      if (direct_) write_direct(spare_.data(), spare_.size());
+      else write_all(spare_.data(), spare_.size());
       spare_.clear();
       lock.lock();
       busy_ = false;
@@ -189,8 +211,37 @@ class Writer::Sink {
     }
   }
 
+  // O_DIRECT needs aligned memory, lengths and offsets: the data goes through
+  // an aligned staging buffer, whole 4 KiB blocks are written and the
+  // remainder waits for the next buffer (or close()).
+  static constexpr size_t kDirectAlign = 4096;
+  void write_direct(const uint8_t* p, size_t n) {
+    if (staged_ + n > staging_size_) {
+      const size_t size = (staged_ + n + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+      void* grown = nullptr;
+      if (posix_memalign(&grown, kDirectAlign, size) != 0) {
+        fail("posix_memalign");
+        return;
+      }
+      if (staged_) std::memcpy(grown, staging_, staged_);
+      std::free(staging_);
+      staging_ = static_cast<uint8_t*>(grown);
+      staging_size_ = size;
+    }
+    std::memcpy(staging_ + staged_, p, n);
+    staged_ += n;
+    const size_t whole = staged_ / kDirectAlign * kDirectAlign;
+    if (whole == 0) return;
+    write_all(staging_, whole);
+    std::memmove(staging_, staging_ + whole, staged_ - whole);
+    staged_ -= whole;
+  }
+
   std::string path_;
   int fd_ = -1;
+  bool direct_ = false;
+  uint8_t* staging_ = nullptr;  // I/O thread only
+  size_t staging_size_ = 0, staged_ = 0;
   std::vector<uint8_t> fill_, spare_;  // spare_ is owned by the I/O thread while busy_
   size_t reserved_at_ = 0;
   std::thread thread_;
@@ -337,16 +388,10 @@ uint64_t Writer::data_bytes() const {
   return total;
 }
 
-void Writer::begin(const std::string& path) {
-  if (sink_) throw Error("GGUF writer: begin() called twice");
+std::vector<uint8_t> Writer::serialize_header() const {
   const uint64_t align = alignment();
-  uint64_t offset = 0;
-  for (Tensor& t : tensors_) {
-    t.offset = offset;
-    offset = align_up(offset + t.bytes, align);
-  }
   Bytes b;
-  b.out.insert(b.out.end(), {'G', 'G', 'U', 'F'});
+  for (char c : {'G', 'G', 'U', 'F'}) b.put<uint8_t>((uint8_t)c);
   b.put<uint32_t>(3);
   b.put<uint64_t>(tensors_.size());
   b.put<uint64_t>(kv_.size());
@@ -362,9 +407,23 @@ void Writer::begin(const std::string& path) {
     b.put<uint64_t>(t.offset);
   }
   b.out.resize(align_up(b.out.size(), align), 0);
+  return std::move(b.out);
+}
+
+uint64_t Writer::header_bytes() const { return serialize_header().size(); }
+
+void Writer::begin(const std::string& path) {
+  if (sink_) throw Error("GGUF writer: begin() called twice");
+  const uint64_t align = alignment();
+  uint64_t offset = 0;
+  for (Tensor& t : tensors_) {
+    t.offset = offset;
+    offset = align_up(offset + t.bytes, align);
+  }
+  const std::vector<uint8_t> header = serialize_header();
   path_ = path;
-  sink_ = std::make_unique<Sink>(path + ".part");
-  sink_->append(b.out.data(), b.out.size());
+  sink_ = std::make_unique<Sink>(path + ".part", direct_io_);
+  sink_->append(header.data(), header.size());
 }
 
 void Writer::start_tensor(size_t index) {

@@ -56,6 +56,15 @@ class Writer {
   size_t n_tensors() const { return tensors_.size(); }
   uint64_t tensor_bytes(size_t index) const;
   uint64_t data_bytes() const;  // size of the data section, padding included
+  // Size of everything before the data section (header, metadata, tensor
+  // directory, padding) as begin() would write it now; with data_bytes() the
+  // file's exact size, known before writing.
+  uint64_t header_bytes() const;
+
+  // Write with O_DIRECT where the filesystem allows it (else buffered, as by
+  // default): for multi-GB files, whose page-cache write-back is slower than
+  // the device. Call before begin().
+  void set_direct_io(bool on) { direct_io_ = on; }
 
   // Opens `path` (written as path + ".part", renamed by finish()) and writes
   // the header, metadata and tensor directory.
@@ -83,6 +92,7 @@ class Writer {
   class Sink;
 
   uint64_t alignment() const;
+  std::vector<uint8_t> serialize_header() const;  // tensor offsets must be assigned
   void start_tensor(size_t index);
   void end_tensor(size_t index);
 
@@ -93,6 +103,7 @@ class Writer {
   size_t next_tensor_ = 0;
   uint64_t data_written_ = 0;  // bytes of the data section written so far
   bool finished_ = false;
+  bool direct_io_ = false;
 };
 
 }  // namespace spool::gguf

@@ -18,6 +18,8 @@
 #include "core/thread_pool.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
+#include "model/synth_deepseek2.h"
+#include "model/synth_fill.h"
 #include "model/synth_quant_mix.h"
 
 namespace spool {
@@ -58,27 +60,9 @@ struct Shape {
   bool tied;
 };
 
-// ---- random values -------------------------------------------------------------
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Approximately normal values (sum of four 16-bit uniforms, Irwin-Hall):
-// far cheaper than Box-Muller and indistinguishable for a benchmark model.
-void fill_normal(float* x, int64_t n, uint64_t stream, float mean, float stddev) {
-  constexpr float kSumMean = 4 * 32767.5f;
-  constexpr float kSumStd = 37837.2f;  // 2 * sqrt((65536^2 - 1) / 12)
-  const float scale = stddev / kSumStd;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t z = mix64(stream + (uint64_t)i * 0x9E3779B97F4A7C15ull);
-    const uint32_t sum = (uint32_t)(z & 0xffff) + (uint32_t)((z >> 16) & 0xffff) + (uint32_t)((z >> 32) & 0xffff) +
-                         (uint32_t)(z >> 48);
-    x[i] = mean + ((float)sum - kSumMean) * scale;
-  }
-}
+using synth::BlockPool;
+using synth::fill_normal;
+using synth::mix64;
 
 void fill_tensor_row(const PlannedTensor& t, float* x, uint64_t stream) {
   const int64_t n = t.shape[0];
@@ -100,7 +84,7 @@ Shape resolve_shape(const SynthShape& p, const SynthOptions& o) {
                 " does not match (use --preset tiny for any architecture)");
   bool known = false;
   for (const char* a : kSupportedArchs) known |= s.arch == a;
-  if (!known) throw Error("synth: unsupported architecture '" + s.arch + "' (supported: llama, qwen2, qwen3)");
+  if (!known) throw Error("synth: unsupported architecture '" + s.arch + "' (supported: llama, qwen2, qwen3, deepseek2)");
   s.n_embd = p.n_embd;
   s.n_layer = o.n_layer > 0 ? o.n_layer : p.n_layer;
   s.n_head = p.n_head;
@@ -154,7 +138,7 @@ std::vector<PlannedTensor> plan_tensors(const Shape& s, const QuantRecipe& recip
 // Copies every tokenizer.* key; pads the token list with unused "[PAD<i>]"
 // entries up to n_vocab (as llama.cpp's converter does for padded
 // embeddings). Returns the final vocabulary size.
-int copy_vocab(const gguf::File& vocab, int n_vocab, gguf::Writer& w) {
+int copy_vocab_keys(const gguf::File& vocab, int n_vocab, gguf::Writer& w) {
   const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
   if (!tokens || tokens->elem_type != gguf::ValueType::STRING || tokens->strings.empty())
     throw Error("vocabulary file has no tokenizer.ggml.tokens string array");
@@ -202,44 +186,11 @@ void set_model_metadata(const Shape& s, const std::string& preset, const QuantRe
 
 // ---- writing ---------------------------------------------------------------------
 
-// Quantized weights are assembled from a pool of pre-quantized blocks: each
-// block of a row is an independent pick from kPoolValues normal samples
-// quantized once per type. The K-quant quantizers search scales and take
-// ~100 ns per value, which would make a 1.1B model take minutes; picking
-// blocks is a copy, so the file is written at disk speed. With thousands of
-// distinct blocks, rows are still effectively independent random draws.
-constexpr int64_t kPoolValues = 1 << 21;
-
-class BlockPool {
- public:
-  BlockPool(DType type, uint64_t seed) {
-    const DTypeTraits& tr = dtype_traits(type);
-    block_bytes_ = tr.block_bytes;
-    n_blocks_ = kPoolValues / tr.block_size;
-    bytes_.resize((size_t)n_blocks_ * block_bytes_);
-    std::vector<float> x((size_t)kPoolValues);
-    fill_normal(x.data(), kPoolValues, mix64(seed ^ ((uint64_t)type + 1) * 0xA24BAED4963EE407ull), 0.0f, 0.02f);
-    quantize_row(type, x.data(), bytes_.data(), kPoolValues);
-  }
-  // Fills one row of n_blocks blocks, choosing blocks from `stream`.
-  void fill_row(uint8_t* dst, int64_t n_blocks, uint64_t stream) const {
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      const uint64_t pick = mix64(stream + (uint64_t)b * 0x9E3779B97F4A7C15ull) % (uint64_t)n_blocks_;
-      std::memcpy(dst + (size_t)b * block_bytes_, bytes_.data() + pick * block_bytes_, block_bytes_);
-    }
-  }
-
- private:
-  size_t block_bytes_ = 0;
-  int64_t n_blocks_ = 0;
-  std::vector<uint8_t> bytes_;
-};
-
 void write_weights(const std::vector<PlannedTensor>& plan, uint64_t seed, ThreadPool& pool, gguf::Writer& w) {
   std::map<DType, std::unique_ptr<BlockPool>> block_pools;
   for (const PlannedTensor& t : plan)
     if (t.init == Init::Weight && dtype_traits(t.type).quantized && !block_pools.count(t.type))
-      block_pools[t.type] = std::make_unique<BlockPool>(t.type, seed);
+      block_pools[t.type] = std::make_unique<BlockPool>(t.type, seed, 0.02f);
   for (size_t ti = 0; ti < plan.size(); ++ti) {
     const PlannedTensor& t = plan[ti];
     const size_t rb = row_bytes(t.type, t.shape[0]);
@@ -278,26 +229,50 @@ std::vector<std::string> synth_preset_names() {
   return out;
 }
 
-std::string resolve_shared_model(const std::string& relative) {
-  std::vector<fs::path> candidates = {fs::path("../shared/models") / relative};
+int copy_vocab(const gguf::File& vocab, int n_vocab, gguf::Writer& w) { return copy_vocab_keys(vocab, n_vocab, w); }
+
+std::string resolve_shared_file(const std::string& relative) {
+  std::vector<fs::path> candidates = {fs::path("../shared") / relative};
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n > 0) {
     exe[n] = 0;
     // <repo>/build/spool -> <repo>/../shared
-    candidates.push_back(fs::path(exe).parent_path().parent_path().parent_path() / "shared/models" / relative);
+    candidates.push_back(fs::path(exe).parent_path().parent_path().parent_path() / "shared" / relative);
   }
   for (const auto& p : candidates)
     if (fs::exists(p)) return p.string();
-  throw Error("cannot find the vocabulary file ../shared/models/" + relative + "; pass one with --vocab-from FILE.gguf");
+  throw Error("cannot find the vocabulary file ../shared/" + relative + "; pass one with --vocab-from FILE.gguf");
 }
 
+std::string resolve_shared_model(const std::string& relative) { return resolve_shared_file("models/" + relative); }
+
 SynthResult synth_model(const SynthOptions& o) {
+  if (o.arch == "deepseek2" || find_deepseek2_preset(o.preset)) {
+    const Deepseek2Plan plan = plan_deepseek2(o);
+    if (o.dry_run) {
+      SynthResult r;
+      r.arch = "deepseek2";
+      r.type = o.type;
+      r.vocab_from = plan.vocab_from;
+      r.n_tensors = (int)plan.tensors.size();
+      r.n_vocab = plan.n_vocab;
+      r.bytes = plan.file_bytes;
+      r.plan = describe_plan(plan);
+      r.written = false;
+      return r;
+    }
+    return write_deepseek2(plan, o);
+  }
+  if (o.dry_run) throw Error("synth: --dry-run is only implemented for the deepseek2 presets");
+  if (o.n_expert > 0 || o.target_size > 0)
+    throw Error("synth: --n-expert and --target-size apply to the deepseek2 presets only");
   const auto t0 = std::chrono::steady_clock::now();
   const SynthShape* preset = find_synth_preset(o.preset);
   if (!preset) {
     std::string list;
     for (const auto& n : synth_preset_names()) list += (list.empty() ? "" : ", ") + n;
+    for (const auto& n : deepseek2_preset_names()) list += ", " + n;
     throw Error("unknown preset '" + o.preset + "' (presets: " + list + ")");
   }
   const QuantRecipe* recipe = find_quant_recipe(o.type);
@@ -313,7 +288,7 @@ SynthResult synth_model(const SynthOptions& o) {
   res.vocab_from = o.vocab_from.empty() ? resolve_shared_model(preset->vocab_file) : o.vocab_from;
   gguf::Writer w;
   set_model_metadata(shape, preset->name, *recipe, o.seed, dtype_traits(recipe->base).quantized, w);
-  shape.n_vocab = copy_vocab(gguf::open(res.vocab_from), shape.n_vocab, w);
+  shape.n_vocab = copy_vocab_keys(gguf::open(res.vocab_from), shape.n_vocab, w);
   w.set(shape.arch + ".vocab_size", gguf::value_u32((uint32_t)shape.n_vocab));
 
   const std::vector<PlannedTensor> plan = plan_tensors(shape, *recipe);

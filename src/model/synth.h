@@ -1,14 +1,21 @@
 // Synthetic models: random-weight GGUF files with the shapes of real models
-// (TinyLlama 1.1B, Llama 3.2 1B, Qwen2.5 0.5B, Qwen3 0.6B, and tiny ones for
-// tests) and a real tokenizer copied from another GGUF. Speed does not depend
+// (TinyLlama 1.1B, Llama 3.2 1B, Qwen2.5 0.5B, Qwen3 0.6B, DeepSeek-V3 /
+// Kimi-K2 in synth_deepseek2.h, and tiny ones for tests) and a real tokenizer
+// copied from another GGUF. Speed does not depend
 // on weight values, so these stand in for real checkpoints in benchmarks.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace spool {
+
+namespace gguf {
+struct File;
+class Writer;
+}  // namespace gguf
 
 struct SynthShape {
   const char* name;
@@ -35,6 +42,11 @@ struct SynthOptions {
   uint64_t seed = 1;
   int n_threads = 0;       // 0: all cores
   int n_layer = 0;         // >0 overrides the preset's layer count
+  // deepseek2 presets only:
+  int n_expert = 0;        // >0 overrides the routed-expert count
+  uint64_t target_size = 0;  // >0: fit layers/experts to a file of at most this many bytes
+  float router_skew = NAN; // exp_probs_b = -skew * ln(1 + popularity rank); NaN: the preset's default
+  bool dry_run = false;    // plan only: print it, write nothing
 };
 
 struct SynthResult {
@@ -42,6 +54,8 @@ struct SynthResult {
   int n_tensors = 0, n_vocab = 0;
   uint64_t bytes = 0;      // file size
   double seconds = 0;
+  std::string plan;        // deepseek2: the plan in words (shapes, sizes, bytes/token)
+  bool written = true;     // false after a dry run (bytes is then the planned size)
 };
 
 // Writes the model; throws spool::Error on bad options or I/O failure.
@@ -50,5 +64,11 @@ SynthResult synth_model(const SynthOptions& options);
 // Where a default data file lives: ../shared/models relative to cwd, or next
 // to the executable's repository (as the CLI resolves its default model).
 std::string resolve_shared_model(const std::string& relative);
+// The same for any file under ../shared ("fixtures/gguf/qwen2-tiny.f32.gguf").
+std::string resolve_shared_file(const std::string& relative);
+
+// Copies every tokenizer.* key of `vocab` into w, padding the token list with
+// unused "[PAD<i>]" entries up to n_vocab; returns the final vocabulary size.
+int copy_vocab(const gguf::File& vocab, int n_vocab, gguf::Writer& w);
 
 }  // namespace spool

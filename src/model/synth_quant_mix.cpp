@@ -2,6 +2,7 @@
 // quantizer does for a dense llama-family model without experts: output (or
 // tied token_embd) in Q6_K, attn_v and ffn_down in Q6_K on the "more bits"
 // layers (first and last eighth, and every third in between), Q4_K elsewhere.
+// The same rules give a deepseek2 file's non-expert tensors their types.
 #include "model/synth_quant_mix.h"
 
 #include <cctype>
@@ -60,7 +61,8 @@ DType fallback(DType t, int64_t row_length) {
 DType k_medium_type(const TensorRole& t) {
   const bool is_output = t.name == "output.weight" || (t.tied_embeddings && t.name == "token_embd.weight");
   if (is_output) return t.row_length % 256 == 0 ? DType::Q6_K : DType::Q8_0;
-  if (t.layer >= 0 && (ends_with(t.name, ".attn_v.weight") || ends_with(t.name, ".ffn_down.weight")))
+  // llama.cpp's ffn_down category is a substring match: shared and stacked expert down projections too.
+  if (t.layer >= 0 && (ends_with(t.name, ".attn_v.weight") || t.name.find(".ffn_down") != std::string::npos))
     return use_more_bits(t.layer, t.n_layer) ? DType::Q6_K : DType::Q4_K;
   return DType::Q4_K;
 }

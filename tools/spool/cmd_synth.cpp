@@ -1,20 +1,33 @@
 // `spool synth`: write a random-weight GGUF with a real model's shapes and a
 // real tokenizer, in any supported quant type, for benchmarks and tests.
+// DeepSeek-V3 / Kimi-K2 (deepseek2) presets print their plan first and can be
+// fitted to a file size (--target-size) or only planned (--dry-run).
 // With --verify the file is loaded back and one forward pass must give
-// finite logits.
+// finite logits; for a mixture of experts, tokens decoded one at a time must
+// also spread over the experts (a router that always picks the same ones
+// would make a useless benchmark).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <thread>
 
 #include "cli_common.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/arch_registry.h"
 #include "model/synth.h"
+#include "model/synth_deepseek2.h"
+#include "model/tokenizer.h"
 #include "runtime/session.h"
+#include "weights/weight_store.h"
 
 namespace spool::cli {
 namespace {
 
 struct SynthCliOptions {
   SynthOptions synth;
+  std::string target_size;
   bool verify = false;
 };
 
@@ -32,12 +45,89 @@ void verify_model(const std::string& path, int n_threads) {
   std::fprintf(stderr, "spool: verified: forward pass over %zu tokens gives finite logits\n", tokens.size());
 }
 
-void synth(const SynthCliOptions& o) {
+// Counts acquires per tensor over a resident store: which experts each
+// decoded token was routed to.
+class CountingStore final : public WeightStore {
+ public:
+  explicit CountingStore(const Manifest& m) : WeightStore(m), inner_(make_resident_store(m)) {}
+  const char* mode() const override { return "counting"; }
+  void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) override {
+    std::vector<const TensorEntry*> mine;
+    for (const TensorEntry* t : tensors) mine.push_back(&inner(*t));
+    inner_->prepare_matmul_weights(mine, pool);
+  }
+  std::map<std::string, int> acquires;
+
+ protected:
+  const void* pin(const TensorEntry& t) override {
+    ++acquires[t.name];
+    return inner_->acquire(inner(t)).data();  // resident: stays valid after the ref goes
+  }
+  const void* packed(const TensorEntry& t) override { return inner_->acquire(inner(t)).mat().packed; }
+
+ private:
+  const TensorEntry& inner(const TensorEntry& t) const { return inner_->manifest().tensors[&t - manifest_.tensors.data()]; }
+  std::unique_ptr<WeightStore> inner_;
+};
+
+// Decodes 32 tokens one at a time and prints, per MoE layer, how many experts
+// they used and the most popular one's count; fails when a layer uses fewer
+// than min(n_expert, 2 * top-k) experts.
+void verify_routing(const std::string& path, int n_threads) {
+  ModelParts parts;
+  parts.file = open_model_file(path);
+  parts.tokenizer = load_tokenizer(parts.file);
+  auto owned = std::make_unique<CountingStore>(parts.file.manifest);
+  CountingStore* store = owned.get();
+  parts.weights = std::move(owned);
+  parts.pool = std::make_shared<ThreadPool>(n_threads > 0 ? n_threads : (int)std::max(1u, std::thread::hardware_concurrency()));
+  auto model = find_arch(parts.file.architecture())(std::move(parts));
+  const ModelConfig& c = model->config();
+  const int n_tokens = 32;
+  std::map<int, std::vector<int>> hist;  // MoE layer -> picks per expert
+  for (int l = 0; l < c.n_layer; ++l)
+    if (c.is_moe_layer(l)) hist[l].assign(c.n_expert, 0);
+  Session session(*model, n_tokens + 1);
+  for (int i = 0; i < n_tokens; ++i) {
+    store->acquires.clear();
+    const std::vector<float>& logits = session.feed({(int32_t)((i * 7919 + 1) % c.n_vocab)});
+    for (float x : logits)
+      if (!std::isfinite(x)) throw Error("synthetic model '" + path + "' gives a non-finite logit at token " + std::to_string(i));
+    for (auto& [l, h] : hist)
+      for (int e = 0; e < c.n_expert; ++e)
+        if (store->acquires.count(expert_slice_name("blk." + std::to_string(l) + ".ffn_up_exps.weight", e))) ++h[e];
+  }
+  const int need = std::min(c.n_expert, 2 * c.n_expert_used);
+  for (const auto& [l, h] : hist) {
+    const int used = (int)std::count_if(h.begin(), h.end(), [](int n) { return n > 0; });
+    const int most = *std::max_element(h.begin(), h.end());
+    std::fprintf(stderr, "spool: verified: layer %d: %d tokens used %d of %d experts (top-%d); the most popular took %d\n",
+                 l, n_tokens, used, c.n_expert, c.n_expert_used, most);
+    if (used < need)
+      throw Error("synthetic model '" + path + "': layer " + std::to_string(l) + " routes " + std::to_string(n_tokens) +
+                  " tokens to only " + std::to_string(used) + " experts (degenerate router)");
+  }
+}
+
+void synth(SynthCliOptions o) {
+  if (!o.target_size.empty()) o.synth.target_size = parse_byte_size(o.target_size);
+  if (o.synth.dry_run || o.synth.arch == "deepseek2" || find_deepseek2_preset(o.synth.preset)) {
+    SynthOptions plan_only = o.synth;
+    plan_only.dry_run = true;
+    const SynthResult p = synth_model(plan_only);
+    std::fprintf(stderr, "%s", p.plan.c_str());
+    if (o.synth.dry_run) {
+      std::fprintf(stderr, "spool: dry run: nothing written (the file would be %.1f MB)\n", p.bytes / 1e6);
+      return;
+    }
+  }
+  if (o.synth.out.empty()) throw Error("synth needs an output file (--out FILE.gguf)");
   const SynthResult r = synth_model(o.synth);
   std::fprintf(stderr, "spool: wrote %s: %s %s, %d tensors, vocab %d (from %s), %.1f MB in %.2f s (%.0f MB/s)\n",
                r.path.c_str(), r.arch.c_str(), r.type.c_str(), r.n_tensors, r.n_vocab, r.vocab_from.c_str(),
                r.bytes / 1e6, r.seconds, r.bytes / 1e6 / std::max(r.seconds, 1e-9));
   if (o.verify) verify_model(r.path, o.synth.n_threads);
+  if (o.verify && gguf::open(r.path).has(r.arch + ".expert_count")) verify_routing(r.path, o.synth.n_threads);
 }
 
 }  // namespace
@@ -47,20 +137,37 @@ void add_synth_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("synth", "Write a random-weight GGUF with a real model's shapes");
   std::string presets, types;
   for (const auto& p : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  cmd->add_option("--arch", o->synth.arch, "Architecture: llama, qwen2, qwen3 (default: the preset's)");
+  cmd->add_option("--arch", o->synth.arch, "Architecture: llama, qwen2, qwen3, deepseek2 (default: the preset's)");
   cmd->add_option("--preset", o->synth.preset, "Model shape: " + presets)->capture_default_str();
   cmd->add_option("--type", o->synth.type,
                   "Weight type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K, "
-                  "or llama.cpp's Q4_K_M mix")
+                  "or llama.cpp's Q4_K_M mix. deepseek2: the routed experts' type; with Q4_K / Q4_K_M the other "
+                  "matrices follow llama.cpp's Q4_K_M rules (output and every third ffn_down / ffn_down_shexp "
+                  "Q6_K, attn_k_b Q5_0 as 128-wide rows cannot be Q4_K, the rest Q4_K); router, exp_probs_b and "
+                  "norms F32")
       ->capture_default_str();
-  cmd->add_option("-o,--out", o->synth.out, "Output GGUF file")->required();
+  for (const auto& p : deepseek2_preset_names()) presets += ", " + p;
+  cmd->add_option("-o,--out", o->synth.out, "Output GGUF file (required unless --dry-run)");
   cmd->add_option("--vocab-from", o->synth.vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: ../shared/models/llama-2-tiny-random.gguf, "
-                  "or GPT-2's BPE vocab padded to size for the Qwen/Llama-3 presets)");
+                  "or GPT-2's BPE vocab padded to size for the Qwen/Llama-3 presets; for deepseek2 the 512-token "
+                  "byte-level BPE of ../shared/fixtures/gguf/qwen2-tiny.f32.gguf, so token_embd/output stay small)");
   cmd->add_option("--seed", o->synth.seed, "Random seed")->capture_default_str();
-  cmd->add_option("--layers", o->synth.n_layer, "Override the preset's layer count");
+  cmd->add_option("--layers,--n-layer", o->synth.n_layer, "Override the preset's layer count");
+  cmd->add_option("--n-expert", o->synth.n_expert, "deepseek2: routed experts per MoE layer (overrides the preset)");
+  cmd->add_option("--target-size", o->target_size,
+                  "deepseek2: fit the counts to a file of at most this size (24G, 512M; powers of 1024). Layers stay "
+                  "at --n-layer (default 8) and the routed-expert count is the largest (a multiple of the expert "
+                  "groups, up to the real count) that fits; if the real count fits, layers grow instead. With "
+                  "--n-expert, the layer count is fitted. Required by the *-scaled presets");
+  cmd->add_option("--router-skew", o->synth.router_skew,
+                  "deepseek2: skewed expert popularity through the router bias, exp_probs_b = -S * ln(1 + rank) "
+                  "with a random popularity rank per layer; 0 = uniform (default 0.05)");
+  cmd->add_flag("--dry-run", o->synth.dry_run, "deepseek2: print the plan (shapes, sizes, bytes/token) and write nothing");
   cmd->add_option("-t,--threads", o->synth.n_threads, "Threads for generating and quantizing (default: all cores)");
-  cmd->add_flag("--verify", o->verify, "Load the written file and check a forward pass gives finite logits");
+  cmd->add_flag("--verify", o->verify,
+                "Load the written file and check a forward pass gives finite logits (MoE: and that 32 decoded tokens "
+                "spread over the experts, printing how)");
   cmd->callback([o] { synth(*o); });
 }
 
