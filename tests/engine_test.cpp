@@ -24,6 +24,7 @@ const std::string kShared = SPOOL_SHARED_DIR;
 
 struct Result {
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // of the chosen tokens, when asked
   std::string text;
   std::vector<RequestEvent> events;
   RequestEvent last;
@@ -39,6 +40,7 @@ struct Pending {
     auto d = done;
     return [r, d](const RequestEvent& ev) {
       r->tokens.insert(r->tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      for (const TokenLogprob& lp : ev.logprobs) r->logprobs.push_back(lp.logprob);
       r->text += ev.text;
       r->events.push_back(ev);
       if (ev.finished) {
@@ -76,16 +78,20 @@ std::vector<std::vector<int32_t>> make_prompts(const Model& m, int count) {
 }
 
 std::vector<std::vector<int32_t>> run_all(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int n,
-                                          bool concurrent, std::vector<RequestEvent>* finals = nullptr) {
+                                          bool concurrent, std::vector<RequestEvent>* finals = nullptr,
+                                          std::vector<std::vector<float>>* logprobs = nullptr) {
   std::vector<std::vector<int32_t>> out(prompts.size());
   std::vector<Pending> pend(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    e.submit(greedy_params(prompts[i], n), pend[i].callback());
+    RequestParams p = greedy_params(prompts[i], n);
+    if (logprobs) p.top_logprobs = 0;
+    e.submit(p, pend[i].callback());
     if (!concurrent) out[i] = pend[i].get().tokens;
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     out[i] = pend[i].get().tokens;
     if (finals) finals->push_back(pend[i].get().last);
+    if (logprobs) logprobs->push_back(pend[i].get().logprobs);
   }
   return out;
 }
@@ -115,11 +121,17 @@ TEST(Engine, GreedyEqualsSessionAndConcurrentEqualsSequential) {
     o.max_batch_tokens = 20;  // prefill chunks split and mixed with decodes
     o.block_size = 8;
     auto engine = make_engine(*model, o);
-    const auto one_by_one = run_all(*engine, prompts, n, false);
-    const auto together = run_all(*engine, prompts, n, true);
+    std::vector<std::vector<float>> lp_one, lp_together;
+    const auto one_by_one = run_all(*engine, prompts, n, false, nullptr, &lp_one);
+    const auto together = run_all(*engine, prompts, n, true, nullptr, &lp_together);
     for (size_t i = 0; i < prompts.size(); ++i) {
       EXPECT_EQ(test::join(one_by_one[i]), test::join(reference[i])) << "prompt " << i;
       EXPECT_EQ(test::join(together[i]), test::join(reference[i])) << "prompt " << i;
+      // Not just the same argmax: each row's computation does not depend on the
+      // batch around it, so the logits (and their log-softmax) are bit-identical.
+      // Known exception: the MLA (DeepSeek-2) forward differs in the last bits
+      // between prefill chunkings (docs/STATUS.md, issue 5); its tokens agree.
+      if (model->kv_shape().head_dim_v > 0) EXPECT_EQ(lp_one[i], lp_together[i]) << "prompt " << i;
     }
     const EngineStats s = engine->stats();
     EXPECT_EQ(s.kv_blocks_used, 0);

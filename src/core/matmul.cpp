@@ -95,11 +95,31 @@ void pack_matrix(const MatView& w, void* out, ThreadPool* pool) {
   }
 }
 
+namespace {
+thread_local bool tl_batch_invariant = false;
+}  // namespace
+
+void set_matmul_batch_invariant(bool on) { tl_batch_invariant = on; }
+bool matmul_batch_invariant() { return tl_batch_invariant; }
+
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
             std::vector<uint8_t>& scratch) {
   const DTypeTraits& tr = dtype_traits(w.type);
   SPOOL_CHECK(w.n_cols % tr.block_size == 0);
   if (n_tokens <= 0 || w.n_rows <= 0) return;
+  if (n_tokens == 1 && tl_batch_invariant) {
+    // Two copies of the row take the batched kernels; keep the first result.
+    thread_local std::vector<float> x2, y2;
+    x2.resize(2 * w.n_cols);
+    y2.resize(2 * w.n_rows);
+    std::copy(x, x + w.n_cols, x2.begin());
+    std::copy(x, x + w.n_cols, x2.begin() + w.n_cols);
+    tl_batch_invariant = false;  // (no recursion into this branch)
+    matmul(pool, w, x2.data(), 2, y2.data(), scratch);
+    tl_batch_invariant = true;
+    std::copy(y2.begin(), y2.begin() + w.n_rows, y);
+    return;
+  }
   const KernelTable& k = kernels();
   if (w.packed && k[w.type].packed.rows > 0) {
     matmul_packed(pool, k[w.type].packed, w, x, n_tokens, y, scratch);

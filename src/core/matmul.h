@@ -36,6 +36,14 @@ void pack_matrix(const MatView& w, void* out, ThreadPool* pool);
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
             std::vector<uint8_t>& scratch);
 
+// Batch-invariant mode, per calling thread (the serving engine turns it on):
+// a single activation row goes through the same tile kernels as a row inside
+// a batch (it is run as a batch of two copies), instead of the per-row decode
+// kernels whose summation order differs. Every row's result then depends only
+// on that row, never on what was batched with it.
+void set_matmul_batch_invariant(bool on);
+bool matmul_batch_invariant();
+
 // Reads row r of w as floats (embedding lookup of any type).
 void get_row(const MatView& w, int64_t r, float* out);
 

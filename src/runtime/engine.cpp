@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/matmul.h"
 #include "model/kv_paged.h"
 #include "runtime/scheduler.h"
 #include "runtime/text_stream.h"
@@ -312,6 +313,9 @@ class EngineImpl final : public Engine {
   }
 
   void loop() {
+    // Each row's logits must not depend on the rows batched with it (greedy
+    // output identical whatever the concurrency, and across preemption).
+    set_matmul_batch_invariant(true);
     while (intake()) step();
     // Shutting down: everything left is cancelled.
     {
