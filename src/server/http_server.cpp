@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <sys/socket.h>
 
 #include "core/error.h"
 #include "server/auth.h"
@@ -190,6 +191,11 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
   ctx_->http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
   ctx_->http.set_payload_max_length(ctx_->options.max_body_bytes);
   ctx_->http.set_tcp_nodelay(true);
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server bind a port in use.
+  ctx_->http.set_socket_options([](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   // An idle keep-alive connection holds a worker until this runs out, and stop() waits for the workers.
   ctx_->http.set_keep_alive_timeout(2);
   add_hooks(*ctx_);
