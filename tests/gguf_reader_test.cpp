@@ -2,6 +2,7 @@
 // version 1, truncation, bad types, misalignment, absurd lengths) are refused
 // with an error naming the problem.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -38,8 +39,11 @@ struct Bytes {
   }
 };
 
+// Per process: ctest runs tests in parallel processes (and other checkouts may run them too).
+fs::path test_dir() { return fs::temp_directory_path() / ("spool-gguf-test-" + std::to_string(getpid())); }
+
 std::string write_temp(const std::string& name, const std::vector<uint8_t>& data) {
-  const fs::path dir = fs::temp_directory_path() / "spool-gguf-test";
+  const fs::path dir = test_dir();
   fs::create_directories(dir);
   const std::string path = (dir / name).string();
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), data.size());
@@ -194,6 +198,6 @@ TEST(GgufReader, OpensSplitModels) {
   ASSERT_EQ(f.manifest.files.size(), 2u);
   EXPECT_EQ(f.manifest.require("a").file, 0);
   EXPECT_EQ(f.manifest.require("b").file, 1);
-  fs::remove(fs::temp_directory_path() / "spool-gguf-test" / "m-00002-of-00002.gguf");
+  fs::remove(test_dir() / "m-00002-of-00002.gguf");
   EXPECT_NE(error_of(first).find("cannot open"), std::string::npos);
 }

@@ -4,6 +4,7 @@
 // catches layout or packing bugs that only show inside a real forward pass
 // (repacked weights, tiles over many rows, activation conversion).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,7 +28,7 @@ class IsaConsistency : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(IsaConsistency, LogitsMatchScalarReference) {
   const std::string type = GetParam();
-  const fs::path dir = fs::temp_directory_path() / "spool-isa-test";
+  const fs::path dir = fs::temp_directory_path() / ("spool-isa-test-" + std::to_string(getpid()));
   fs::create_directories(dir);
   const std::string model = (dir / ("tiny-" + type + ".gguf")).string();
   ASSERT_EQ(sh(kBin + " synth --arch llama --preset tiny --type " + type + " --out " + model + " 2>/dev/null"), 0);

@@ -49,7 +49,7 @@ void check_invariant(DType t, bool packed, int64_t n_cols, int64_t n_rows) {
   std::vector<float> alone(n_rows * max_tokens);
   for (int64_t t0 = 0; t0 < max_tokens; ++t0)
     matmul(pool, w, x.data() + t0 * n_cols, 1, alone.data() + t0 * n_rows, scratch);
-  for (int64_t n : {2, 3, 5, 8, 9, 17, 33, 70}) {
+  for (int64_t n = 2; n <= max_tokens; ++n) {
     std::vector<float> y(n_rows * n);
     matmul(pool, w, x.data(), n, y.data(), scratch);
     ASSERT_EQ(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)), 0)

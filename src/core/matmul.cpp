@@ -154,12 +154,22 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
     n_token_tasks *= 2;
   }
   const int64_t tokens_per_task = (n_tokens + n_token_tasks - 1) / n_token_tasks;
+  const bool invariant = tl_batch_invariant;  // (the tasks run on other threads)
   pool.run(n_row_chunks * n_token_tasks, [&](int64_t task, int) {
     const int64_t rc = task % n_row_chunks, tc = task / n_row_chunks;
     const int64_t r0 = rc * row_chunk, nr = std::min(n_rows, r0 + row_chunk) - r0;
     const int64_t t_end = std::min(n_tokens, (tc + 1) * tokens_per_task);
     for (int64_t t0 = tc * tokens_per_task; t0 < t_end; t0 += kTokenChunk) {
       const int64_t nc = std::min(kTokenChunk, t_end - t0);
+      if (nc == 1 && invariant) {
+        // A lone trailing token would take the per-row kernel: run it with
+        // the token before it through the batched one and keep its row.
+        float tmp[2 * 128];
+        tile(n_cols, wdata + r0 * w_stride, w_stride, (int)nr, act + (t0 - 1) * a_stride, a_stride, 2, tmp,
+             (size_t)nr);
+        std::copy(tmp + nr, tmp + 2 * nr, y + t0 * n_rows + r0);
+        continue;
+      }
       tile(n_cols, wdata + r0 * w_stride, w_stride, (int)nr, act + t0 * a_stride, a_stride,
            (int)nc, y + t0 * n_rows + r0, (size_t)n_rows);
     }

@@ -78,14 +78,18 @@ class Deepseek2Model final : public Model {
     float* x = x_.data();    // [n, n_embd] residual stream
     float* xn = xn_.data();  // [n, n_embd]
     float* out = out_.data();  // [n, n_embd]
+    weights().will_use_layer(0);  // streaming stores read ahead; the resident store ignores these hints
     embed(batch, x);
     for (int l = 0; l < c.n_layer; ++l) {
       const Deepseek2Layer& L = layers_[l];
+      weights().will_use_layer(l + 1);
       norm(*L.attn_norm, x, xn, n);
       attn_[l].forward(weights(), pool(), kv, l, batch, xn, out, mla_form());  // [n, n_embd]
       add_inplace(x, out, (int64_t)n * d);
 
       norm(*L.ffn_norm, x, xn, n);
+      if (l + 1 < c.n_layer && c.is_moe_layer(l + 1))  // speculative: layer l+1's router on this hidden state
+        guess_next_experts(weights(), pool(), c, layers_[l + 1].moe, xn, n, moe_s_);
       if (c.is_moe_layer(l))
         moe_forward(weights(), pool(), c, L.moe, xn, out, n, moe_s_);  // [n, n_embd] routed + shared experts
       else

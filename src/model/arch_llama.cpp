@@ -21,8 +21,10 @@ class LlamaModel final : public LlamaFamilyModel {
     s_.resize(c, n);
     float* x = s_.x.data();    // [n, n_embd] residual stream
     float* xn = s_.xn.data();  // [n, n_embd] normed input of a block
+    weights().will_use_layer(0);  // streaming stores read ahead; the resident store ignores these hints
     embed(batch, x);
     for (int l = 0; l < c.n_layer; ++l) {
+      weights().will_use_layer(l + 1);
       const LlamaLayerWeights& L = w_.layers[l];
       norm(*L.attn_norm, x, xn, n);
       linear_bias(*L.wq, L.bq, xn, s_.q.data(), n);  // [n, n_head * head_dim]

@@ -3,6 +3,13 @@
 // tokenizer, then hand the parts to the architecture named in the metadata.
 #include "model/model.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "core/error.h"
@@ -10,6 +17,7 @@
 #include "format/hf_checkpoint.h"
 #include "model/arch_registry.h"
 #include "model/hf_tokenizer.h"
+#include "weights/streaming_store.h"
 
 namespace spool {
 
@@ -82,11 +90,134 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     throw Error("'" + path + "': unsupported architecture '" + arch + "' (supported: " + list + ")");
   }
   parts.tokenizer = load_tokenizer(parts.file);
-  parts.weights = make_resident_store(parts.file.manifest);
+  // Auto: resident when the whole file (plus a rough KV/scratch allowance)
+  // fits what this process may use; the budget is then what is available.
+  const uint64_t file_bytes = parts.file.manifest.total_bytes();
+  WeightMode mode = options.weight_budget > 0 ? WeightMode::Streaming : options.weight_mode;
+  uint64_t budget = options.mem_budget;
+  if (mode == WeightMode::Auto) {
+    const uint64_t avail = memory_available();
+    if (budget > 0) {
+      mode = WeightMode::Streaming;
+    } else if (avail == 0 || file_bytes + file_bytes / 8 + (256u << 20) <= avail) {
+      mode = WeightMode::Resident;
+    } else {
+      mode = WeightMode::Streaming;
+      budget = avail / 10 * 9;
+    }
+    std::fprintf(stderr, "spool: weights %s: model %.2f GiB, %s %.2f GiB\n",
+                 mode == WeightMode::Resident ? "resident" : "streaming", file_bytes / 1073741824.0,
+                 options.mem_budget ? "budget" : "memory available", (options.mem_budget ? budget : avail) / 1073741824.0);
+  }
+  if (mode == WeightMode::Streaming && budget == 0) budget = memory_available() / 10 * 9;
+  const char* log = std::getenv("SPOOL_LOG");
+  StreamingOptions so;
+  so.policy = options.cache_policy;
+  so.speculate = options.speculate;
+  so.pack_resident = options.pack_streaming;
+  so.verbose = options.verbose || (log && std::string(log) == "debug");
+  parts.weights = mode == WeightMode::Streaming ? std::unique_ptr<WeightStore>(make_streaming_store(parts.file.manifest, so))
+                                                : make_resident_store(parts.file.manifest);
   int n_threads = options.n_threads > 0 ? options.n_threads : (int)std::thread::hardware_concurrency();
   parts.pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
   parts.options = options;
-  return factory(std::move(parts));
+  std::unique_ptr<Model> model = factory(std::move(parts));
+  const int min_slots = model->config().n_expert_used > 0 ? model->config().n_expert_used + 1 : 0;
+  if (options.weight_budget > 0) {
+    static_cast<StreamingStore&>(model->weights()).set_min_expert_slots(min_slots);
+    static_cast<StreamingStore&>(model->weights()).start(options.weight_budget, &model->pool());
+  } else if (mode == WeightMode::Streaming) {
+    const ModelConfig& c = model->config();
+    const int n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
+    const uint64_t kv = kv_bytes_estimate(c, n_ctx), scratch = scratch_bytes_estimate(c, n_ctx, options.n_batch);
+    auto& store = static_cast<StreamingStore&>(model->weights());
+    store.set_min_expert_slots(min_slots);
+    if (kv + scratch >= budget)
+      throw Error("memory budget " + std::to_string(budget >> 20) + " MiB cannot hold the KV cache (" +
+                  std::to_string(kv >> 20) + " MiB at " + std::to_string(n_ctx) + " positions) and scratch (" +
+                  std::to_string(scratch >> 20) + " MiB) plus the weights' minimum " +
+                  std::to_string(store.minimum_budget() >> 20) + " MiB: give at least " +
+                  std::to_string((kv + scratch + store.minimum_budget()) / 1048576 + 1) +
+                  " MiB, or a smaller -c / -b");
+    std::fprintf(stderr, "spool: budget %.1f MiB = KV %.1f MiB (%d positions) + scratch %.1f MiB + weights %.1f MiB\n",
+                 budget / 1048576.0, kv / 1048576.0, n_ctx, scratch / 1048576.0, (budget - kv - scratch) / 1048576.0);
+    try {
+      store.start(budget - kv - scratch, &model->pool());
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + "; with KV " + std::to_string(kv >> 20) + " MiB and scratch " +
+                  std::to_string(scratch >> 20) + " MiB the budget must be at least " +
+                  std::to_string((kv + scratch + store.minimum_budget()) / 1048576 + 1) + " MiB");
+    }
+  }
+  if (so.verbose && mode == WeightMode::Streaming) {
+    std::ifstream st("/proc/self/status");
+    std::string line;
+    while (std::getline(st, line))
+      if (line.starts_with("VmRSS:") || line.starts_with("VmHWM:") || line.starts_with("RssAnon:") || line.starts_with("RssFile:"))
+        std::fprintf(stderr, "spool: debug: after load %s\n", line.c_str());
+  }
+  return model;
+}
+
+uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx) {
+  const KvShape s = kv_shape_of(c);
+  return (uint64_t)(s.k_row() + s.v_row()) * s.n_layer * (uint64_t)n_ctx * sizeof(float);
+}
+
+// Activations of one forward pass: the residual stream and its normed copy,
+// attention (q, k, v, output, scores over the context), the widest
+// feed-forward's gate/up, logits; plus a fixed allowance for the process
+// itself (code, libraries, thread stacks, tokenizer: ~8 MiB measured) and
+// matmul conversion buffers.
+uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch) {
+  const uint64_t n = (uint64_t)std::max(1, std::min(n_batch, n_ctx));
+  const uint64_t ff = (uint64_t)std::max({c.n_ff, c.n_ff_exp * std::max(1, c.n_expert_shared), c.n_ff_exp});
+  uint64_t per_token = 8ull * c.n_embd + 4ull * std::max(c.q_dim(), c.n_embd) + 2 * ff + c.n_vocab +
+                      (uint64_t)c.n_head * n_ctx;
+  if (c.mla.enabled()) {  // each layer's MlaAttention keeps its own buffers (model/mla.cpp's forward)
+    const uint64_t H = c.n_head, L = c.mla.kv_lora_rank, r = c.rope.n_dims, dk = c.mla.head_dim_k,
+                   dv = c.mla.head_dim_v;
+    per_token += (uint64_t)c.n_layer * (H * dk + c.mla.q_lora_rank + (L + r) + H * std::max(r, L) + H * dv +
+                                        H * (L + r) + H * L + std::max(L, dv));
+  }
+  return n * per_token * sizeof(float) + (40ull << 20);
+}
+
+static uint64_t read_u64_file(const char* path) {
+  std::ifstream f(path);
+  std::string v;
+  if (!(f >> v) || v == "max") return 0;
+  try {
+    return std::stoull(v);
+  } catch (...) {
+    return 0;
+  }
+}
+
+uint64_t memory_available() {
+  uint64_t avail = 0;
+  std::ifstream mi("/proc/meminfo");
+  std::string key;
+  uint64_t kb;
+  std::string unit;
+  while (mi >> key >> kb) {
+    std::getline(mi, unit);
+    if (key == "MemAvailable:") avail = kb * 1024;
+  }
+  // The process's cgroup: v2 (unified) memory.max, or v1 memory.limit_in_bytes.
+  std::ifstream cg("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(cg, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string ctrl = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    uint64_t limit = 0;
+    if (ctrl.empty()) limit = read_u64_file(("/sys/fs/cgroup" + path + "/memory.max").c_str());
+    else if (ctrl.find("memory") != std::string::npos)
+      limit = read_u64_file(("/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes").c_str());
+    if (limit > 0 && limit < (1ull << 60)) avail = avail ? std::min(avail, limit) : limit;
+  }
+  return avail;
 }
 
 }  // namespace spool

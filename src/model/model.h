@@ -22,10 +22,32 @@ class ThreadPool;
 // Which form of multi-head latent attention an MLA model computes (model/mla.h).
 enum class MlaForm { Auto, Plain, Absorbed };
 
+// How weights are held: mapped (resident), streamed under a budget, or
+// resident when the model fits the memory available and streamed otherwise.
+enum class WeightMode { Auto, Resident, Streaming };
+
 struct LoadOptions {
   int n_threads = 0;  // 0: all cores
   MlaForm mla_form = MlaForm::Auto;
+  // Memory budget (weights/streaming_store.h): weight cache + KV + scratch.
+  // 0 with Auto: the memory available (MemAvailable, cgroup limit).
+  WeightMode weight_mode = WeightMode::Auto;
+  uint64_t mem_budget = 0;
+  int n_ctx = 0;          // KV positions the budget reserves (0: the model's, at most 4096)
+  int n_batch = 512;      // tokens per forward pass, for the scratch estimate
+  std::string cache_policy = "lru";
+  bool speculate = true;  // streaming: guess the next layer's experts
+  bool pack_streaming = true;  // streaming: repack resident matmul weights (off: exactly the unpacked kernels)
+  bool verbose = false;   // per-tensor load timings on stderr (also SPOOL_LOG=debug)
+  uint64_t weight_budget = 0;  // >0: streaming with exactly this much for the weights (tests, experiments)
 };
+
+// Bytes of KV cache and activation scratch a model reserves at n_ctx
+// positions and n_batch tokens per pass (what a memory budget must leave out).
+uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx);
+uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch);
+// Memory this process may use: MemAvailable, capped by its cgroup's limit.
+uint64_t memory_available();
 
 // What every architecture is built from.
 struct ModelParts {

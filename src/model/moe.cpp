@@ -226,4 +226,28 @@ void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
   if (w.has_shared()) add_shared_experts(store, pool, c, w.shared, xn, out, n_tokens, s);
 }
 
+void guess_next_experts(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const MoeLayerWeights& next,
+                        const float* xn, int n_tokens, MoeScratch& s) {
+  if (!store.wants_expert_guess()) return;
+  const int n_expert = c.n_expert, k = c.n_expert_used;
+  if (s.logits.size() < (size_t)n_tokens * n_expert) s.logits.resize((size_t)n_tokens * n_expert);
+  if (s.ids.size() < (size_t)n_tokens * k) s.ids.resize((size_t)n_tokens * k);
+  if (s.weights.size() < (size_t)n_tokens * k) s.weights.resize((size_t)n_tokens * k);
+  {
+    WeightRef router = store.acquire(*next.router);
+    matmul(pool, router.mat(), xn, n_tokens, s.logits.data(), s.mm);
+  }
+  WeightRef bias;
+  if (next.choice_bias) bias = store.acquire(*next.choice_bias);
+  route_experts(c, s.logits.data(), next.choice_bias ? bias.f32() : nullptr, n_tokens, s.ids.data(), s.weights.data());
+  std::vector<uint8_t> seen(n_expert, 0);
+  std::vector<const TensorEntry*> guess;
+  for (int r = 0; r < n_tokens * k; ++r) {
+    const int e = s.ids[r];
+    if (seen[e]++) continue;
+    guess.insert(guess.end(), {next.experts[e].gate, next.experts[e].up, next.experts[e].down});
+  }
+  store.guess_experts(guess);
+}
+
 }  // namespace spool

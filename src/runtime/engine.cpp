@@ -172,6 +172,7 @@ class EngineImpl final : public Engine {
         fresh.push_back(std::move(incoming_.front()));
         incoming_.pop_front();
       }
+      n_waiting_ += (int)fresh.size();  // still queued (in the scheduler) until the next stats publication
       cancels.swap(cancels_);
     }
     for (auto& r : fresh) {

@@ -12,6 +12,7 @@
 
 #include "core/matmul.h"
 #include "format/manifest.h"
+#include "weights/store_stats.h"
 
 namespace spool {
 
@@ -54,6 +55,17 @@ class WeightStore {
   // Declares the tensors that serve as matmul weights. A store may keep them
   // in the kernels' packed layout (see PackedKernels), made here, once.
   virtual void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) {}
+  // Streaming hooks (the resident store ignores them). will_use_layer: layer
+  // `layer`'s weights come next (n_layer: the output tensors), read them
+  // ahead. wants_expert_guess/guess_experts: the model may apply the next
+  // layer's router early and name the experts it expects (speculative
+  // prefetch); the store counts how often the guess was right.
+  virtual void will_use_layer(int layer) {}
+  virtual bool wants_expert_guess() const { return false; }
+  virtual void guess_experts(const std::vector<const TensorEntry*>& tensors) {}
+  // Counters of a streaming store (a copy, taken under its lock); false for the resident store.
+  virtual bool streaming() const { return false; }
+  virtual StoreStats stats_snapshot() const { return {}; }
 
  protected:
   explicit WeightStore(Manifest manifest) : manifest_(std::move(manifest)) {}

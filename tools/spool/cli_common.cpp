@@ -34,6 +34,48 @@ std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads) 
   return load_model(resolve_model_path(given_path), opt);
 }
 
+void add_model_flags(CLI::App* cmd, ModelFlags& f) {
+  cmd->add_option("--mem-budget", f.mem_budget,
+                  "Memory budget (K/M/G) for weight cache + KV + scratch; weights stream from storage when they do "
+                  "not fit (default: resident if the model fits the memory available, else streaming)");
+  cmd->add_option("--cache-policy", f.cache_policy, "Streaming: expert cache eviction policy (lru, lfu, lru2)")
+      ->capture_default_str();
+  cmd->add_flag("--no-speculate", f.no_speculate, "Streaming: do not prefetch the next layer's guessed experts");
+  cmd->add_flag("--verbose-load", f.verbose_load, "Per-tensor load timings on stderr (also SPOOL_LOG=debug)");
+}
+
+uint64_t parse_size(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = s.substr(used);
+  for (char& c : unit) c = (char)std::toupper((unsigned char)c);
+  if (unit.ends_with("IB")) unit.resize(unit.size() - 2);
+  else if (unit.size() == 2 && unit.back() == 'B') unit.pop_back();
+  double mul = unit.empty() || unit == "B" ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
+             : unit == "G" ? 1073741824.0 : unit == "T" ? 1099511627776.0 : 0;
+  if (used == 0 || mul == 0 || v <= 0)
+    throw Error("invalid size '" + s + "' (expected a positive number with an optional K, M, G or T suffix)");
+  return (uint64_t)(v * mul);
+}
+
+std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& f, int n_ctx,
+                                  int n_batch) {
+  LoadOptions opt;
+  opt.n_threads = n_threads;
+  if (!f.mem_budget.empty()) opt.mem_budget = parse_size(f.mem_budget);
+  opt.n_ctx = n_ctx;
+  opt.n_batch = n_batch;
+  opt.cache_policy = f.cache_policy;
+  opt.speculate = !f.no_speculate;
+  opt.verbose = f.verbose_load;
+  return load_model(resolve_model_path(given_path), opt);
+}
+
 std::vector<int32_t> parse_ids(const std::string& csv) {
   std::vector<int32_t> ids;
   std::stringstream ss(csv);

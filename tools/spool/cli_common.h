@@ -15,6 +15,19 @@ namespace spool::cli {
 // The -m value, or the bundled stories260K model when -m was not given.
 std::string resolve_model_path(const std::string& given);
 std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads);
+
+// Weight-store flags shared by run, bench and perplexity (--mem-budget and friends).
+struct ModelFlags {
+  std::string mem_budget;           // "" : auto (resident when the model fits the memory available)
+  std::string cache_policy = "lru";
+  bool no_speculate = false;
+  bool verbose_load = false;
+};
+void add_model_flags(CLI::App* cmd, ModelFlags& f);
+// 512, 64K, 1.5G, 8G (binary units); throws spool::Error on anything else.
+uint64_t parse_size(const std::string& s);
+std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& f, int n_ctx,
+                                  int n_batch);
 std::vector<int32_t> parse_ids(const std::string& csv);
 std::string join_ids(const std::vector<int32_t>& ids);
 std::string read_text_file(const std::string& path);

@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "model/synth_quant_mix.h"
 #include "runtime/session.h"
+#include "stream_stats.h"
 
 namespace spool::cli {
 namespace {
@@ -26,6 +27,8 @@ struct BenchOptions {
   int n_threads = 0, n_prompt = 128, n_gen = 64, repeats = 5;
   uint32_t seed = 1234;
   bool json = false;
+  ModelFlags model_flags;
+  std::string stats_json;
 };
 
 struct TestResult {
@@ -68,24 +71,32 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int n_vocab) {
 }
 
 // One timed run of a test; returns tok/s.
-double run_once(Session& session, const std::vector<int32_t>& tokens, bool prefill) {
+double run_once(Session& session, const std::vector<int32_t>& tokens, bool prefill, StatsRecorder* stats) {
   session.reset();
   const double t0 = now_seconds();
   if (prefill) {
+    if (stats) stats->begin_step();
     session.feed(tokens);
+    if (stats) stats->end_step("prompt", (int)tokens.size());
   } else {
-    for (int32_t t : tokens) session.feed({t});
+    for (int32_t t : tokens) {
+      if (stats) stats->begin_step();
+      session.feed({t});
+      if (stats) stats->end_step("decode", 1);
+    }
   }
   const double dt = now_seconds() - t0;
   return tokens.size() / std::max(dt, 1e-9);
 }
 
-TestResult run_test(Session& session, const BenchOptions& o, bool prefill, int n_vocab, std::mt19937& rng) {
+TestResult run_test(Session& session, const BenchOptions& o, bool prefill, int n_vocab, std::mt19937& rng,
+                    StatsRecorder* stats) {
   TestResult r;
   r.n_tokens = prefill ? o.n_prompt : o.n_gen;
   r.test = (prefill ? "pp" : "tg") + std::to_string(r.n_tokens);
-  run_once(session, random_tokens(rng, r.n_tokens, n_vocab), prefill);  // warm-up
-  for (int k = 0; k < o.repeats; ++k) r.tok_s.push_back(run_once(session, random_tokens(rng, r.n_tokens, n_vocab), prefill));
+  run_once(session, random_tokens(rng, r.n_tokens, n_vocab), prefill, nullptr);  // warm-up
+  for (int k = 0; k < o.repeats; ++k)
+    r.tok_s.push_back(run_once(session, random_tokens(rng, r.n_tokens, n_vocab), prefill, stats));
   summarize(r);
   return r;
 }
@@ -94,17 +105,24 @@ void bench(const BenchOptions& o) {
   if (o.n_prompt < 0 || o.n_gen < 0 || (o.n_prompt == 0 && o.n_gen == 0))
     throw Error("nothing to benchmark: -p and -n must be >= 0 and not both 0");
   if (o.repeats < 1) throw Error("-r/--repetitions must be at least 1");
-  auto model = open_model(o.model, o.n_threads);
-  const ModelConfig& cfg = model->config();
   const int n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
+  auto model = open_model(o.model, o.n_threads, o.model_flags, n_ctx, std::max(1, o.n_prompt));
+  const ModelConfig& cfg = model->config();
   if (cfg.n_ctx_train > 0 && n_ctx > cfg.n_ctx_train)
     std::fprintf(stderr, "spool: note: %d positions exceed the model's training context %d\n", n_ctx, cfg.n_ctx_train);
   Session session(*model, n_ctx, std::max(1, o.n_prompt));
   std::mt19937 rng(o.seed);
 
+  StatsRecorder stats(*model);  // timed runs only (not the warm-ups)
   std::vector<TestResult> results;
-  if (o.n_prompt > 0) results.push_back(run_test(session, o, true, cfg.n_vocab, rng));
-  if (o.n_gen > 0) results.push_back(run_test(session, o, false, cfg.n_vocab, rng));
+  if (o.n_prompt > 0) results.push_back(run_test(session, o, true, cfg.n_vocab, rng, &stats));
+  if (o.n_gen > 0) results.push_back(run_test(session, o, false, cfg.n_vocab, rng, &stats));
+  stats.end_progress();
+  if (!o.stats_json.empty()) {
+    nlohmann::json tests = nlohmann::json::array();
+    for (const TestResult& r : results) tests.push_back({{"test", r.test}, {"tok_s_median", r.median}, {"samples", r.tok_s}});
+    stats.write_json(o.stats_json, {{"command", "bench"}, {"tests", tests}, {"threads", model->pool().size()}});
+  }
 
   const std::string type = model_type(*model);
   const std::string name = cfg.name.empty() ? resolve_model_path(o.model) : cfg.name;
@@ -141,6 +159,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-r,--repetitions", o->repeats, "Timed runs per test, after one warm-up")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed for the random token ids")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print results as a JSON array");
+  add_model_flags(cmd, o->model_flags);
+  cmd->add_option("--stats-json", o->stats_json, "Write per-token and total statistics of the timed runs as JSON");
   cmd->callback([o] { bench(*o); });
 }
 

@@ -12,7 +12,7 @@
 namespace spool::cli {
 namespace {
 
-struct PplOptions { std::string model, file; int n_ctx = 512, n_threads = 0, n_batch = 512, n_chunks = -1; };
+struct PplOptions { std::string model, file; int n_ctx = 512, n_threads = 0, n_batch = 512, n_chunks = -1; ModelFlags model_flags; };
 
 // -log p(target) under softmax(logits).
 double nll(const float* logits, int n_vocab, int32_t target) {
@@ -24,7 +24,7 @@ double nll(const float* logits, int n_vocab, int32_t target) {
 }
 
 void perplexity(const PplOptions& o) {
-  auto model = open_model(o.model, o.n_threads);
+  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch);
   const Tokenizer& tok = model->tokenizer();
   const int n_vocab = model->config().n_vocab, n_ctx = o.n_ctx;
   if (n_ctx < 4) throw Error("context size must be at least 4");
@@ -67,6 +67,7 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("-t,--threads", o->n_threads, "Threads");
   cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per forward pass")->capture_default_str();
   cmd->add_option("--chunks", o->n_chunks, "Score at most this many chunks");
+  add_model_flags(cmd, o->model_flags);
   cmd->callback([o] { perplexity(*o); });
 }
 

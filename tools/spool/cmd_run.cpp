@@ -9,6 +9,7 @@
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "runtime/text_stream.h"
+#include "stream_stats.h"
 
 namespace spool::cli {
 namespace {
@@ -19,6 +20,8 @@ struct RunOptions {
   bool output_ids = false, no_bos = false, verbose = false, chat = false;
   std::vector<std::string> stop;
   SamplingParams sampling;
+  ModelFlags model_flags;
+  std::string stats_json;
 };
 
 // --chat: the text as one user message (after an optional system message), rendered
@@ -60,7 +63,7 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, const Model& model) {
 
 void run(const RunOptions& o) {
   const double t_load = now_seconds();
-  auto model = open_model(o.model, o.n_threads);
+  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch);
   const ModelConfig& cfg = model->config();
   const Tokenizer& tok = model->tokenizer();
   const int n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
@@ -78,8 +81,11 @@ void run(const RunOptions& o) {
   for (int32_t id : prompt) sampler.accept(id);
   TextStream stream(o.stop);
 
+  StatsRecorder stats(*model);
   const double t0 = now_seconds();
+  stats.begin_step();
   const float* logits = session.feed(prompt).data();
+  stats.end_step("prompt", (int)prompt.size());
   const double t_prompt = now_seconds() - t0;
   std::vector<int32_t> generated;
   const double t1 = now_seconds();
@@ -96,15 +102,23 @@ void run(const RunOptions& o) {
     }
     std::fflush(stdout);
     if (session.n_past() >= n_ctx) break;
+    stats.begin_step();
     logits = session.feed({next}).data();
+    stats.end_step("decode", 1);
   }
   const double t_gen = now_seconds() - t1;
+  stats.end_progress();
   if (o.output_ids) std::printf("\n");
   else std::fputs(stream.flush().c_str(), stdout);
   std::fflush(stdout);
   std::fprintf(stderr, "\nspool: prompt %zu tokens in %.3f s (%.1f tok/s), generated %zu tokens in %.3f s (%.1f tok/s)\n",
                prompt.size(), t_prompt, prompt.size() / std::max(t_prompt, 1e-9), generated.size(), t_gen,
                generated.size() / std::max(t_gen, 1e-9));
+  // Time to first token: the prompt's forward pass (the first generated token is sampled from its logits).
+  if (!o.stats_json.empty())
+    stats.write_json(o.stats_json, {{"command", "run"}, {"ttft_s", t_prompt}, {"prompt_tokens", prompt.size()},
+                                    {"generated_tokens", generated.size()}, {"gen_s", t_gen},
+                                    {"threads", model->pool().size()}});
 }
 
 }  // namespace
@@ -134,6 +148,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--chat", o->chat, "Treat the prompt as a user message and apply the model's chat template");
   cmd->add_option("--system", o->system, "With --chat: a system message before the user's");
   cmd->add_flag("-v,--verbose", o->verbose, "With --chat: print the rendered prompt to stderr");
+  add_model_flags(cmd, o->model_flags);
+  cmd->add_option("--stats-json", o->stats_json, "Write per-token and total statistics (bytes read, cache hits, I/O wait, ...) as JSON");
   cmd->add_flag("--output-ids", o->output_ids, "Print generated token ids (comma-separated) instead of text");
   cmd->callback([o] { run(*o); });
 }

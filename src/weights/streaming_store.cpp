@@ -1,0 +1,731 @@
+// The streaming weight store (see streaming_store.h): residency plan, slot
+// cache with pins and eviction, I/O threads, counters.
+#include "weights/streaming_store.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "weights/cache_policy.h"
+
+namespace spool {
+namespace {
+
+uint64_t now_ns() {
+  return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t round_down(uint64_t x, uint64_t a) { return x / a * a; }
+
+std::string mib(uint64_t b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f MiB", b / 1048576.0);
+  return s;
+}
+
+// "blk.N." -> N; -1 for tensors outside the layers.
+int layer_of(const std::string& name) {
+  if (!name.starts_with("blk.")) return -1;
+  return std::atoi(name.c_str() + 4);
+}
+
+// Weight memory: large buffers are their own anonymous mappings (returned to
+// the system when freed, whatever malloc's trim thresholds; 2 MiB aligned
+// and marked for transparent huge pages), small ones come from malloc.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(uint8_t* p, size_t size, bool mapped) : p_(p), size_(size), mapped_(mapped) {}
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      std::swap(p_, o.p_), std::swap(size_, o.size_), std::swap(mapped_, o.mapped_);
+    }
+    return *this;
+  }
+  ~Buffer() { reset(); }
+  uint8_t* get() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  void reset() {
+    if (p_ && mapped_) munmap(p_, size_);
+    else if (p_) std::free(p_);
+    p_ = nullptr;
+    size_ = 0;
+  }
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+};
+
+// huge: the arena (2 MiB aligned, huge pages); otherwise page granular, so
+// a resident tensor costs its bytes rounded to 4 KiB and no more.
+Buffer alloc_aligned(uint64_t bytes, uint64_t align, bool huge = false) {
+  constexpr uint64_t kHuge = 2u << 20;
+  if (bytes >= kHuge && !huge) {
+    const uint64_t size = round_up(bytes, 4096);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error("out of memory allocating " + mib(size) + " of weight memory");
+    return Buffer(static_cast<uint8_t*>(p), size, true);
+  }
+  if (bytes >= kHuge) {
+    const uint64_t size = round_up(bytes, kHuge);
+    // Over-map by one huge page and trim, so the buffer starts 2 MiB aligned.
+    void* raw = mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw Error("out of memory allocating " + mib(size) + " of weight memory");
+    const uintptr_t start = round_up((uintptr_t)raw, kHuge);
+    if (start > (uintptr_t)raw) munmap(raw, start - (uintptr_t)raw);
+    const uintptr_t end = (uintptr_t)raw + size + kHuge;
+    if (end > start + size) munmap((void*)(start + size), end - (start + size));
+#ifdef MADV_HUGEPAGE
+    madvise((void*)start, size, MADV_HUGEPAGE);
+#endif
+    return Buffer((uint8_t*)start, size, true);
+  }
+  const uint64_t a = std::max<uint64_t>(align, 64);
+  void* p = std::aligned_alloc(a, round_up(std::max<uint64_t>(bytes, 1), a));
+  if (!p) throw Error("out of memory allocating " + mib(bytes) + " of weight memory");
+  return Buffer(static_cast<uint8_t*>(p), bytes, false);
+}
+
+// One file range of a unit and where its aligned superset lands in the unit's buffer.
+struct Piece {
+  const TensorEntry* t = nullptr;
+  uint64_t a_off = 0, a_len = 0;  // aligned superset in the file
+  uint64_t buf_off = 0;           // where a_off lands in the buffer
+};
+
+// What is read together: one expert (3 slices) or one tensor.
+struct Unit {
+  std::vector<Piece> pieces;
+  uint64_t bytes = 0;  // buffer bytes needed
+  int layer = 0;       // index into stats layers (n_layer: outside the layers)
+  bool expert = false;
+  int expert_id = -1;
+  int slot = -1;       // cache slot holding it, -1 when not cached
+  bool queued = false;
+};
+
+enum class SlotState { Empty, Loading, Ready };
+
+struct Slot {
+  uint8_t* mem = nullptr;
+  int unit = -1;
+  SlotState state = SlotState::Empty;
+  int pins = 0;
+  bool unused_prefetch = false;  // loaded ahead, not looked up yet
+  CacheMeta meta;
+};
+
+struct Pool {
+  uint64_t slot_bytes = 0;
+  std::vector<int> slots;  // indices into slots_
+  int quota = 0;           // slots per layer before the layer must evict its own
+};
+
+// Where a tensor is: resident memory, or a streamed unit.
+struct Where {
+  const uint8_t* data = nullptr;
+  const void* packed = nullptr;
+  int unit = -1;
+  uint64_t offset = 0;  // of the tensor's first byte in its unit's buffer
+};
+
+class StreamingStoreImpl final : public StreamingStore {
+ public:
+  StreamingStoreImpl(Manifest m, const StreamingOptions& o) : StreamingStore(std::move(m)), opt_(o) {
+    for (const std::string& f : manifest_.files) storage_.push_back(open_storage(f, opt_.storage));
+    for (size_t k = 0; k < storage_.size(); ++k) {
+      if (storage_[k]->size() != manifest_.file_sizes[k])
+        throw Error("'" + manifest_.files[k] + "' changed size since it was opened");
+      align_ = std::max(align_, storage_[k]->alignment());
+    }
+    where_.resize(manifest_.tensors.size());
+    for (const TensorEntry& t : manifest_.tensors) n_layer_ = std::max(n_layer_, layer_of(t.name) + 1);
+    stats_.layers.resize(n_layer_ + 1);
+    build_units();
+  }
+
+  ~StreamingStoreImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    io_cv_.notify_all();
+    for (std::thread& t : io_threads_) t.join();
+  }
+
+  const char* mode() const override { return "streaming"; }
+  bool streaming() const override { return true; }
+
+  void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool*) override {
+    for (const TensorEntry* t : tensors) matmul_.insert(t);
+  }
+
+  // All tensors resident, or none (kMinTensorSlots slots of the largest), whichever is smaller; plus the expert slots.
+  uint64_t minimum_budget() const override {
+    uint64_t max_tensor = 0, all = 0;
+    for (int u : tensor_units_) max_tensor = std::max(max_tensor, round_up(units_[u].bytes, 4096)), all += resident_cost(u);
+    return std::min(all, kMinTensorSlots * max_tensor) + expert_minimum();
+  }
+
+  void set_min_expert_slots(int n) override {
+    if (n > 0) opt_.min_expert_slots = n;
+  }
+
+  void start(uint64_t budget, ThreadPool* pool) override {
+    SPOOL_CHECK(!started_);
+    plan(budget);
+    const double t0 = now_ns() * 1e-9;
+    load_resident(pool);
+    if (opt_.verbose)
+      std::fprintf(stderr, "spool: debug: resident set %s read in %.2f s\n", mib(stats_.resident_bytes).c_str(),
+                   now_ns() * 1e-9 - t0);
+    started_ = true;
+    if (!pools_[0].slots.empty() || !pools_[1].slots.empty())
+      for (int i = 0; i < std::max(1, opt_.io_threads); ++i) io_threads_.emplace_back([this] { io_loop(); });
+  }
+
+  void prefetch(const std::vector<const TensorEntry*>& tensors) override {
+    std::vector<int> units = units_of(tensors);
+    std::lock_guard<std::mutex> lock(mu_);
+    score_guess(units);
+    enqueue(units, high_);
+  }
+
+  void will_use_layer(int layer) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_layer_ = layer - 1;
+    if (layer >= 0 && layer < (int)layer_units_.size()) enqueue(layer_units_[layer], low_);
+  }
+
+  // Guessing needs room for two layers' experts at once (this layer's and the
+  // guess); with fewer slots a guess only pushes out what this layer is using.
+  bool wants_expert_guess() const override {
+    return opt_.speculate && (int)pools_[0].slots.size() >= 2 * opt_.min_expert_slots;
+  }
+
+  void guess_experts(const std::vector<const TensorEntry*>& tensors) override {
+    std::vector<int> units = units_of(tensors);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int u : units) {
+      guess_[units_[u].layer].insert(units_[u].expert_id);
+      ++stats_.spec_predicted;
+    }
+    enqueue(units, low_);
+  }
+
+  StoreStats stats_snapshot() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock2(stats_mu_);
+    return stats_;
+  }
+
+ protected:
+  const void* pin(const TensorEntry& t) override {
+    const Where& w = where_[index(t)];
+    if (w.unit < 0) return w.data;
+    if (!started_) return early_pin(t);
+    Unit& u = units_[w.unit];
+    const bool first = u.pieces.front().t == &t;  // a unit's lookup is counted on its first tensor
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t tick = ++tick_;
+    uint64_t waited_from = 0;
+    for (;;) {
+      if (u.slot >= 0) {
+        Slot& s = slots_[u.slot];
+        if (s.state == SlotState::Ready) {
+          if (first && !waited_from) ++(s.unused_prefetch ? stats_.layers[u.layer].prefetched : stats_.layers[u.layer].hits);
+          if (first) policy_->on_access(s.meta, tick);
+          s.unused_prefetch = false;
+          ++s.pins;
+          if (waited_from) stats_.io_wait_ns += now_ns() - waited_from;
+          return s.mem + w.offset;
+        }
+        // A prefetch is reading it: wait (pinned, so it stays).
+        if (!waited_from) {
+          waited_from = now_ns();
+          if (first) ++stats_.layers[u.layer].inflight;
+        }
+        ++s.pins;
+        const int slot = u.slot;
+        ready_cv_.wait(lock, [&] { return slots_[slot].state != SlotState::Loading; });
+        --slots_[slot].pins;
+        if (slots_[slot].state != SlotState::Ready || slots_[slot].unit != w.unit) continue;  // the read failed
+        continue;
+      }
+      const int victim = pick_victim(u, true);
+      if (victim < 0) {  // every slot pinned or loading: wait for one
+        if (!waited_from) waited_from = now_ns();
+        ready_cv_.wait(lock);
+        continue;
+      }
+      if (!waited_from) waited_from = now_ns();
+      if (first) ++stats_.layers[u.layer].misses;
+      Slot& s = claim(victim, w.unit, tick);
+      s.pins = 1;
+      lock.unlock();
+      try {
+        read_unit(u, s.mem);
+      } catch (...) {
+        lock.lock();
+        release_failed(victim);
+        throw;
+      }
+      lock.lock();
+      s.state = SlotState::Ready;
+      stats_.io_wait_ns += now_ns() - waited_from;
+      ready_cv_.notify_all();
+      return s.mem + w.offset;
+    }
+  }
+
+  void unpin(const TensorEntry& t) override {
+    const Where& w = where_[index(t)];
+    if (w.unit < 0 || !started_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& s = slots_[units_[w.unit].slot];
+    if (--s.pins == 0) ready_cv_.notify_all();
+  }
+
+  const void* packed(const TensorEntry& t) override { return where_[index(t)].packed; }
+
+ private:
+  static constexpr int kMinTensorSlots = 3;  // attention holds two tensors at once, plus one read ahead
+
+  size_t index(const TensorEntry& t) const { return (size_t)(&t - manifest_.tensors.data()); }
+
+  uint64_t expert_minimum() const {
+    return expert_units_.empty() ? 0 : (uint64_t)opt_.min_expert_slots * expert_slot_bytes_;
+  }
+
+  // Pieces of one range, placed at buffer offset `at` (aligned); returns the end.
+  uint64_t place(Unit& u, const TensorEntry& t, uint64_t at) {
+    Piece p;
+    p.t = &t;
+    p.a_off = round_down(t.offset, align_);
+    p.a_len = round_up(t.offset + t.bytes, align_) - p.a_off;
+    p.buf_off = round_up(at, std::max<uint64_t>(align_, 64));
+    where_[index(t)].offset = p.buf_off + (t.offset - p.a_off);
+    u.pieces.push_back(p);
+    return p.buf_off + p.a_len;
+  }
+
+  void build_units() {
+    std::map<std::pair<int, int>, int> expert_unit;  // (layer, expert) -> unit
+    layer_units_.resize(n_layer_ + 1);
+    for (const TensorEntry& t : manifest_.tensors) {
+      if (t.memory || t.file < 0) {
+        where_[index(t)].data = static_cast<const uint8_t*>(t.memory);
+        continue;
+      }
+      const int layer = layer_of(t.name);
+      const int li = layer < 0 ? n_layer_ : layer;
+      int ui;
+      if (t.expert >= 0) {
+        auto [it, fresh] = expert_unit.try_emplace({li, t.expert}, (int)units_.size());
+        if (fresh) {
+          units_.emplace_back();
+          units_.back().layer = li;
+          units_.back().expert = true;
+          units_.back().expert_id = t.expert;
+          expert_units_.push_back(it->second);
+        }
+        ui = it->second;
+      } else {
+        ui = (int)units_.size();
+        units_.emplace_back();
+        units_.back().layer = li;
+        tensor_units_.push_back(ui);
+        layer_units_[li].push_back(ui);
+      }
+      Unit& u = units_[ui];
+      u.bytes = place(u, t, u.bytes);
+      where_[index(t)].unit = ui;
+    }
+    for (int u : expert_units_) expert_slot_bytes_ = std::max(expert_slot_bytes_, round_up(units_[u].bytes, 4096));
+  }
+
+  // Resident cost of a tensor unit: its packed copy when it gets one (plus the
+  // raw bytes for the embedding, read by row), else its aligned bytes.
+  uint64_t resident_cost(int ui) const {
+    const Unit& u = units_[ui];
+    const TensorEntry* t = u.pieces.front().t;
+    const uint64_t pk = packed_bytes(*t);
+    if (pk == 0) return round_up(u.bytes, 4096);
+    return round_up(pk, 4096) + (t->name == "token_embd.weight" ? round_up(u.bytes, 4096) : 0);
+  }
+
+  uint64_t packed_bytes(const TensorEntry& t) const {
+    if (!opt_.pack_resident || !matmul_.count(&t) || t.shape.size() != 2) return 0;
+    MatView mv;
+    mv.type = t.type;
+    mv.n_cols = t.shape[0];
+    mv.n_rows = t.shape[1];
+    return packed_matrix_bytes(mv);
+  }
+
+  void plan(uint64_t budget) {
+    stats_.budget_bytes = budget;
+    // Resident candidates, smallest first: what stays out are the largest tensors, so the tensor slots waste little.
+    std::vector<int> order = tensor_units_;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return units_[a].bytes < units_[b].bytes; });
+    uint64_t all = 0;
+    for (int u : order) all += resident_cost(u);
+    const uint64_t exp_min = expert_minimum();
+    size_t n_resident = order.size();
+    uint64_t resident = all, tensor_slot = 0;
+    if (all + exp_min > budget) {
+      // Stream the largest tensors: keep the longest prefix that fits with kMinTensorSlots slots of the largest streamed one.
+      n_resident = 0;
+      resident = 0;
+      uint64_t prefix = 0;
+      for (size_t k = 0; k < order.size(); ++k) {
+        const uint64_t slot = round_up(units_[order.back()].bytes, 4096);
+        if (prefix + kMinTensorSlots * slot + exp_min <= budget) n_resident = k, resident = prefix;
+        prefix += resident_cost(order[k]);
+      }
+      tensor_slot = round_up(units_[order.back()].bytes, 4096);
+      if (order.empty() || resident + kMinTensorSlots * tensor_slot + exp_min > budget)
+        throw Error("memory budget too small: the weights need at least " + mib(minimum_budget()) + " (" +
+                    std::to_string(kMinTensorSlots) + " slots of " + mib(tensor_slot) + " for the largest tensor" +
+                    (exp_min ? " + " + std::to_string(opt_.min_expert_slots) + " expert slots of " +
+                                   mib(expert_slot_bytes_)
+                             : std::string()) +
+                    "), " + mib(budget) + " are left for them after KV cache and scratch");
+    }
+    resident_set_.assign(order.begin(), order.begin() + n_resident);
+    const std::vector<int> streamed(order.begin() + n_resident, order.end());
+    uint64_t left = budget - resident;
+    int n_tensor_slots = 0, n_expert_slots = 0;
+    if (!streamed.empty()) {
+      n_tensor_slots = kMinTensorSlots;
+      left -= kMinTensorSlots * tensor_slot;
+    }
+    if (!expert_units_.empty()) {
+      n_expert_slots = (int)std::min<uint64_t>(left / expert_slot_bytes_, expert_units_.size());
+      left -= n_expert_slots * expert_slot_bytes_;
+    }
+    if (streamed.size() > (size_t)kMinTensorSlots)  // what the experts do not need goes to more tensor slots
+      n_tensor_slots += (int)std::min<uint64_t>(left / tensor_slot, streamed.size() - kMinTensorSlots);
+    // Streamed tensors leave the layer lists only if resident.
+    std::set<int> res(resident_set_.begin(), resident_set_.end());
+    for (auto& list : layer_units_)
+      list.erase(std::remove_if(list.begin(), list.end(), [&](int u) { return res.count(u) > 0; }), list.end());
+
+    pools_[0].slot_bytes = expert_slot_bytes_;
+    pools_[1].slot_bytes = tensor_slot;
+    const uint64_t arena = n_expert_slots * expert_slot_bytes_ + n_tensor_slots * tensor_slot;
+    // Huge pages when their rounding still fits the budget.
+    if (arena) arena_ = alloc_aligned(arena, 4096, round_up(arena, 2u << 20) + resident <= budget);
+    uint8_t* p = arena_.get();
+    for (int k = 0; k < n_expert_slots + n_tensor_slots; ++k) {
+      const int pool = k < n_expert_slots ? 0 : 1;
+      slots_.emplace_back();
+      slots_.back().mem = p;
+      p += pools_[pool].slot_bytes;
+      pools_[pool].slots.push_back(k);
+    }
+    int moe_layers = 0;
+    {
+      std::set<int> layers;
+      for (int u : expert_units_) layers.insert(units_[u].layer);
+      moe_layers = (int)layers.size();
+    }
+    pools_[0].quota = moe_layers ? std::max(1, n_expert_slots / moe_layers) : n_expert_slots;
+    pools_[1].quota = n_tensor_slots;  // tensors share their pool freely (LRU order is layer order)
+    const int lookups = (int)slots_.size() + 64;
+    policy_ = make_cache_policy(opt_.policy, 4.0 * lookups);
+    stats_.arena_bytes = arena;
+    stats_.expert_slots = n_expert_slots;
+    stats_.tensor_slots = n_tensor_slots;
+    stats_.expert_slot_bytes = expert_slot_bytes_;
+    stats_.tensor_slot_bytes = tensor_slot;
+    uint64_t streamed_bytes = 0;
+    for (int u : streamed) streamed_bytes += units_[u].bytes;
+    std::fprintf(stderr,
+                 "spool: streaming: budget %s for weights: %zu tensors resident (%s), %zu streamed (%s) in %d slots "
+                 "of %s; %zu experts streamed in %d slots of %s (policy %s)\n",
+                 mib(budget).c_str(), resident_set_.size(), mib(resident).c_str(), streamed.size(),
+                 mib(streamed_bytes).c_str(), n_tensor_slots, mib(tensor_slot).c_str(), expert_units_.size(),
+                 n_expert_slots, mib(expert_slot_bytes_).c_str(), policy_->name());
+  }
+
+  void load_resident(ThreadPool* pool) {
+    for (int ui : resident_set_) {
+      const uint64_t t0 = now_ns();
+      Unit& u = units_[ui];
+      const TensorEntry& t = *u.pieces.front().t;
+      Where& w = where_[index(t)];
+      Buffer raw;
+      if (auto it = early_.find(&t); it != early_.end()) {
+        raw = std::move(it->second);
+        early_.erase(it);
+      } else {
+        raw = alloc_aligned(u.bytes, std::max<uint64_t>(align_, 4096));
+        read_unit(u, raw.get());
+      }
+      stats_.load_bytes += u.bytes;
+      const uint64_t pk = packed_bytes(t);
+      w.data = raw.get() + w.offset;
+      w.unit = -1;
+      if (pk) {
+        Buffer packed = alloc_aligned(pk, 64);
+        MatView mv;
+        mv.type = t.type;
+        mv.data = w.data;
+        mv.n_cols = t.shape[0];
+        mv.n_rows = t.shape[1];
+        pack_matrix(mv, packed.get(), pool);
+        w.packed = packed.get();
+        owned_.push_back(std::move(packed));
+        // Only the embedding is read by row; the other packed matrices drop their raw bytes.
+        if (t.name != "token_embd.weight") {
+          raw.reset();
+          w.data = nullptr;
+        }
+      }
+      if (raw) owned_.push_back(std::move(raw));
+      stats_.resident_bytes += resident_cost(ui);
+      if (opt_.verbose)
+        std::fprintf(stderr, "spool: debug: load %-40s %10s %s %.1f ms\n", t.name.c_str(), mib(u.bytes).c_str(),
+                     pk ? "packed" : "raw", (now_ns() - t0) * 1e-6);
+    }
+    for (auto& [t, buf] : early_) owned_.push_back(std::move(buf));  // tensors read before start() stay
+    early_.clear();
+  }
+
+  // Before start(): a constructor reads a tensor (rope factors); kept in memory until start() files it.
+  const void* early_pin(const TensorEntry& t) {
+    SPOOL_CHECK(!started_);
+    auto it = early_.find(&t);
+    if (it == early_.end()) {
+      Unit u;
+      u.bytes = 0;
+      Piece p;
+      p.t = &t;
+      p.a_off = round_down(t.offset, align_);
+      p.a_len = round_up(t.offset + t.bytes, align_) - p.a_off;
+      u.pieces.push_back(p);
+      Buffer b = alloc_aligned(p.a_len, std::max<uint64_t>(align_, 4096));
+      read_unit(u, b.get());
+      it = early_.emplace(&t, std::move(b)).first;
+    }
+    return it->second.get() + (t.offset - round_down(t.offset, align_));
+  }
+
+  // One Storage::read for a unit's aligned ranges; the part of a range past
+  // the last whole aligned block of the file is read unaligned.
+  void read_unit(const Unit& u, uint8_t* buf) {
+    std::vector<std::vector<ReadRequest>> per_file(storage_.size());
+    std::vector<std::tuple<int, uint64_t, size_t, uint8_t*>> tails;
+    uint64_t bytes = 0;
+    for (const Piece& p : u.pieces) {
+      Storage& s = *storage_[p.t->file];
+      uint64_t a_end = p.a_off + p.a_len;
+      uint8_t* dst = buf + p.buf_off;
+      if (a_end > s.size()) {
+        const uint64_t whole = std::max(p.a_off, round_down(s.size(), align_));
+        tails.emplace_back(p.t->file, whole, (size_t)(s.size() - whole), dst + (whole - p.a_off));
+        a_end = whole;
+      }
+      if (a_end > p.a_off) per_file[p.t->file].push_back({p.a_off, (size_t)(a_end - p.a_off), dst});
+      bytes += p.a_len;
+    }
+    uint64_t requests = 0;
+    for (size_t f = 0; f < per_file.size(); ++f)
+      if (!per_file[f].empty()) storage_[f]->read(per_file[f]), ++requests;
+    for (auto& [f, off, n, dst] : tails) storage_[f]->read_unaligned(off, n, dst), ++requests;
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.bytes_read += bytes;
+    stats_.requests += requests;
+  }
+
+  std::vector<int> units_of(const std::vector<const TensorEntry*>& tensors) const {
+    std::vector<int> out;
+    for (const TensorEntry* t : tensors) {
+      const int u = where_[index(*t)].unit;
+      if (u >= 0 && std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
+    }
+    return out;
+  }
+
+  // The batch's actual experts against the guess made for their layer.
+  void score_guess(const std::vector<int>& units) {
+    if (units.empty()) return;
+    auto it = guess_.find(units_[units.front()].layer);
+    if (it == guess_.end()) return;
+    for (int u : units) {
+      if (!units_[u].expert) continue;
+      ++stats_.spec_routed;
+      if (it->second.count(units_[u].expert_id)) ++stats_.spec_correct;
+    }
+    guess_.erase(it);
+  }
+
+  void enqueue(const std::vector<int>& units, std::deque<int>& q) {
+    bool any = false;
+    for (int u : units) {
+      Unit& x = units_[u];
+      if (x.slot >= 0 || x.queued) continue;
+      x.queued = true;
+      q.push_back(u);
+      ++stats_.prefetch_issued;
+      any = true;
+    }
+    if (any) io_cv_.notify_all();
+  }
+
+  bool is_protected(const Slot& s) const {
+    if (!s.unused_prefetch) return false;
+    const int l = units_[s.unit].layer;
+    return l == current_layer_ || l == current_layer_ + 1 || (current_layer_ < 0 && l == n_layer_);
+  }
+
+  // A slot for unit u: a free one, else the policy's choice among evictable
+  // slots, restricted to u's layer once that layer holds its quota. -1 if none.
+  int pick_victim(const Unit& u, bool demand) {
+    const Pool& pool = pools_[u.expert ? 0 : 1];
+    int own = 0;
+    for (int k : pool.slots) {
+      if (slots_[k].state == SlotState::Empty) return k;
+      if (units_[slots_[k].unit].layer == u.layer) ++own;
+    }
+    std::vector<int> per_layer(n_layer_ + 1, 0);
+    for (int k : pool.slots) ++per_layer[units_[slots_[k].unit].layer];
+    const uint64_t now = tick_;
+    int best = -1;
+    double best_score = 0;
+    for (int pass = 0; pass < 5 && best < 0; ++pass) {
+      // pass 0: own layer if over quota; 1: layers over quota; 2: any unprotected; demand only:
+      // 3: reads ahead for a later layer (speculation), 4: reads ahead for this layer (a re-read is certain).
+      if (pass == 0 && own < pool.quota) continue;
+      if (pass == 3 && !demand) break;
+      for (int k : pool.slots) {
+        const Slot& s = slots_[k];
+        if (s.state != SlotState::Ready || s.pins > 0) continue;
+        if (pass < 3 && is_protected(s)) continue;
+        const int l = units_[s.unit].layer;
+        if (pass == 3 && l == u.layer) continue;
+        if (pass == 0 && l != u.layer) continue;
+        if (pass == 1 && per_layer[l] <= pool.quota) continue;
+        const double score = policy_->keep_score(s.meta, now);
+        if (best < 0 || score < best_score) best = k, best_score = score;
+      }
+    }
+    return best;
+  }
+
+  Slot& claim(int k, int unit, uint64_t tick) {
+    Slot& s = slots_[k];
+    if (s.unit >= 0) {
+      units_[s.unit].slot = -1;
+      ++stats_.evictions;
+    }
+    s.unit = unit;
+    s.state = SlotState::Loading;
+    s.pins = 0;
+    s.unused_prefetch = false;
+    policy_->on_insert(s.meta, tick);
+    units_[unit].slot = k;
+    return s;
+  }
+
+  void release_failed(int k) {
+    Slot& s = slots_[k];
+    units_[s.unit].slot = -1;
+    s.unit = -1;
+    s.state = SlotState::Empty;
+    s.pins = 0;
+    ready_cv_.notify_all();
+  }
+
+  void io_loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      io_cv_.wait(lock, [&] { return stop_ || !high_.empty() || !low_.empty(); });
+      if (stop_) return;
+      std::deque<int>& q = high_.empty() ? low_ : high_;
+      const int ui = q.front();
+      q.pop_front();
+      Unit& u = units_[ui];
+      u.queued = false;
+      if (u.slot >= 0) continue;
+      const int victim = pick_victim(u, false);
+      if (victim < 0) {
+        ++stats_.prefetch_dropped;
+        continue;
+      }
+      Slot& s = claim(victim, ui, ++tick_);
+      s.unused_prefetch = true;
+      lock.unlock();
+      bool ok = true;
+      try {
+        read_unit(u, s.mem);
+      } catch (const std::exception& e) {
+        ok = false;  // the demand read will report it
+        if (opt_.verbose) std::fprintf(stderr, "spool: debug: prefetch failed: %s\n", e.what());
+      }
+      lock.lock();
+      if (ok) {
+        s.state = SlotState::Ready;
+        ready_cv_.notify_all();
+      } else {
+        release_failed(victim);
+      }
+    }
+  }
+
+  StreamingOptions opt_;
+  std::vector<std::unique_ptr<Storage>> storage_;
+  uint64_t align_ = 1;
+  int n_layer_ = 0;
+  std::vector<Where> where_;                 // by manifest index
+  std::vector<Unit> units_;
+  std::vector<int> expert_units_, tensor_units_, resident_set_;
+  std::vector<std::vector<int>> layer_units_;  // streamed tensor units by layer
+  uint64_t expert_slot_bytes_ = 0;
+  std::set<const TensorEntry*> matmul_;
+  std::unordered_map<const TensorEntry*, Buffer> early_;
+  std::vector<Buffer> owned_;
+  Buffer arena_;
+  std::vector<Slot> slots_;
+  Pool pools_[2];  // experts, tensors
+  std::unique_ptr<CachePolicy> policy_;
+  bool started_ = false;
+
+  mutable std::mutex mu_;
+  mutable std::mutex stats_mu_;  // bytes_read/requests (read_unit runs without mu_); taken after mu_
+  std::condition_variable ready_cv_, io_cv_;
+  std::deque<int> high_, low_;
+  std::vector<std::thread> io_threads_;
+  std::map<int, std::set<int>> guess_;  // layer -> guessed experts
+  int current_layer_ = -1;
+  uint64_t tick_ = 0;
+  bool stop_ = false;
+  StoreStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<StreamingStore> make_streaming_store(Manifest manifest, const StreamingOptions& options) {
+  return std::make_unique<StreamingStoreImpl>(std::move(manifest), options);
+}
+
+}  // namespace spool
