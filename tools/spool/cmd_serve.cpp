@@ -22,6 +22,7 @@ struct ServeOptions {
   std::string model, host = "127.0.0.1", api_key, api_key_file;
   int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64;
   size_t max_body = 8u << 20;
+  ModelFlags model_flags;  // --mem-budget and friends, as run/bench
 };
 
 // The id clients see: the model file's name (a directory's name for HF checkpoints).
@@ -51,7 +52,7 @@ void serve(const ServeOptions& o) {
 
   const double t_load = now_seconds();
   const std::string path = resolve_model_path(o.model);
-  auto model = open_model(path, o.n_threads);
+  auto model = open_model(path, o.n_threads, o.model_flags, o.n_ctx, o.n_batch);
   const ModelConfig& cfg = model->config();
   EngineOptions eo;
   eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
@@ -110,6 +111,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per engine step (decodes + prefill chunks)")->capture_default_str();
   cmd->add_option("--max-waiting", o->max_waiting, "Queued requests at most; beyond it requests get 503")->capture_default_str();
   cmd->add_option("--max-body", o->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
+  add_model_flags(cmd, o->model_flags);
   cmd->callback([o] { serve(*o); });
 }
 
