@@ -36,6 +36,7 @@ const Case kCases[] = {
     {"hf_deepseek3_tiny", "deepseek3-tiny", "deepseek3-tiny"},
     {"gguf_deepseek3_tiny", "gguf/deepseek3-tiny.f32.gguf", "deepseek3-tiny"},
     {"gguf_deepseek3_fp8_tiny", "gguf/deepseek3-fp8-tiny.f32.gguf", "deepseek3-fp8-tiny"},
+    {"hf_deepseek3_fp8_tiny", "deepseek3-fp8-tiny", "deepseek3-fp8-tiny"},  // F8_E4M3 + 128x128 scales
 };
 
 class DeepseekFixture : public ::testing::TestWithParam<Case> {};

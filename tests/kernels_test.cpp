@@ -24,7 +24,8 @@ namespace {
 
 const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
                            DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q2_K,
-                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K};
+                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K,
+                           DType::MXFP4};
 
 std::vector<float> random_floats(int64_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -111,7 +112,7 @@ double round_trip_bound(DType t) {
     case DType::Q6_K: return 0.03;
     case DType::Q5_0: case DType::Q5_1: case DType::Q5_K: return 0.06;
     case DType::Q4_0: case DType::Q4_1: case DType::Q4_K: return 0.13;
-    case DType::Q3_K: return 0.25;
+    case DType::Q3_K: case DType::MXFP4: return 0.25;
     case DType::Q2_K: return 0.5;
     default: return 0;
   }

@@ -34,9 +34,11 @@ constexpr Row kRows[] = {
     {DType::Q5_K, {"Q5_K", kQKK, sizeof(BlockQ5_K), true, DType::Q8_K}},
     {DType::Q6_K, {"Q6_K", kQKK, sizeof(BlockQ6_K), true, DType::Q8_K}},
     {DType::Q8_K, {"Q8_K", kQKK, sizeof(BlockQ8_K), true, DType::Q8_K}},
+    {DType::MXFP4, {"MXFP4", kQK, sizeof(BlockMXFP4), true, DType::Q8_0}},
+    {DType::F8_E4M3, {"F8_E4M3", 1, 1, false, DType::F32}},  // block-scaled: see MatView
 };
 
-constexpr int kMaxId = 32;
+constexpr int kMaxId = kNumDTypeIds;
 
 constexpr std::array<const DTypeTraits*, kMaxId> build_index() {
   std::array<const DTypeTraits*, kMaxId> index{};
@@ -57,11 +59,11 @@ bool equal_ignore_case(std::string_view a, std::string_view b) {
 }  // namespace
 
 const DTypeTraits* find_dtype_traits(uint32_t ggml_type) {
-  return ggml_type < kMaxId ? kIndex[ggml_type] : nullptr;
+  return ggml_type < kFirstSpoolType ? kIndex[ggml_type] : nullptr;
 }
 
 const DTypeTraits& dtype_traits(DType t) {
-  const DTypeTraits* tr = find_dtype_traits((uint32_t)t);
+  const DTypeTraits* tr = (uint32_t)t < kMaxId ? kIndex[(uint32_t)t] : nullptr;
   SPOOL_CHECK(tr != nullptr);
   return *tr;
 }

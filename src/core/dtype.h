@@ -12,8 +12,14 @@ namespace spool {
 
 enum class DType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30, MXFP4 = 39,
+  // spool's own types (ids from kFirstSpoolType; never read from a GGUF file):
+  // FP8 e4m3 codes, one byte each, whose real value needs a companion block
+  // scale (MatView::block_scale), as DeepSeek-V3 / Kimi-K2 checkpoints store them.
+  F8_E4M3 = 48,
 };
+inline constexpr uint32_t kFirstSpoolType = 48;
+inline constexpr uint32_t kNumDTypeIds = 64;  // ids are < this
 
 struct DTypeTraits {
   const char* name;      // "Q4_0", as llama.cpp names it
@@ -23,7 +29,8 @@ struct DTypeTraits {
   DType vec_dot_type;    // what activations are converted to for vec_dot
 };
 
-// Traits of a supported type; nullopt for ids spool does not support.
+// Traits of a supported GGUF (ggml) type id; nullptr for ids spool does not
+// support and for spool's own types, which no GGUF file may use.
 const DTypeTraits* find_dtype_traits(uint32_t ggml_type);
 const DTypeTraits& dtype_traits(DType t);
 inline const char* dtype_name(DType t) { return dtype_traits(t).name; }

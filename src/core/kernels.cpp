@@ -100,7 +100,7 @@ constexpr std::array<GemmTileFn, sizeof...(kTypes)> generic_gemms(std::index_seq
 
 template <int kIsa>
 GemmTileFn generic_gemm(int type) {
-  static constexpr auto kTable = generic_gemms<kIsa>(std::make_index_sequence<32>());
+  static constexpr auto kTable = generic_gemms<kIsa>(std::make_index_sequence<kNumDTypeIds>());
   return kTable[type];
 }
 
@@ -116,8 +116,9 @@ GemmTileFn generic_gemm_for(Isa isa, int type) {
 
 void fill_simd(Isa isa, KernelTable& t) {
 #if defined(SPOOL_X86)
-  if (isa == Isa::Avx2) detail::fill_avx2_kernels(t);
-  if (isa == Isa::Avx512) detail::fill_avx512_kernels(t);
+  if (isa == Isa::Avx2) detail::fill_avx2_kernels(t), detail::fill_fp8_avx2_kernels(t), detail::fill_mxfp4_avx2_kernels(t);
+  if (isa == Isa::Avx512)
+    detail::fill_avx512_kernels(t), detail::fill_fp8_avx512_kernels(t), detail::fill_mxfp4_avx512_kernels(t);
 #endif
 #if defined(SPOOL_ARM64)
   if (isa == Isa::Neon) detail::fill_neon_kernels(t);
@@ -129,12 +130,16 @@ KernelTable* build_table(Isa isa) {
   detail::fill_ref_float_kernels(ref);
   detail::fill_ref_legacy_kernels(ref);
   detail::fill_ref_kquant_kernels(ref);
+  detail::fill_ref_fp8_kernels(ref);
+  detail::fill_ref_mxfp4_kernels(ref);
   auto* t = new KernelTable();
   t->isa = isa;
   if (isa != Isa::Scalar) fill_simd(isa, *t);
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < (int)kNumDTypeIds; ++i) {
     TypeKernels& k = t->types[i];
     const TypeKernels& r = ref.types[i];
+    if (!k.scaled.dot) k.scaled.dot = r.scaled.dot;
+    if (!k.scaled.dequantize) k.scaled.dequantize = r.scaled.dequantize;
     if (!k.quantize) k.quantize = r.quantize;
     if (!k.dequantize) k.dequantize = r.dequantize;
     if (!k.vec_dot) k.vec_dot = r.vec_dot;

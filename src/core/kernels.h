@@ -52,12 +52,23 @@ struct PackedKernels {
                int64_t n_tokens, float* c, size_t ldc) = nullptr;
 };
 
+// Block-scaled weights (F8_E4M3): a row of n codes whose element i is scaled
+// by scales[i / block] (the last block may be shorter); activations stay
+// float. The matrix's block shape and scale grid live in MatView.
+struct ScaledKernels {
+  // sum over i < n of value(w[i]) * scales[i / block] * a[i]
+  float (*dot)(int64_t n, const void* w, const float* scales, int64_t block, const float* a) = nullptr;
+  // out[i] = value(w[i]) * scales[i / block]
+  void (*dequantize)(int64_t n, const void* w, const float* scales, int64_t block, float* out) = nullptr;
+};
+
 struct TypeKernels {
   QuantizeRowFn quantize = nullptr;
   DequantizeRowFn dequantize = nullptr;
   VecDotFn vec_dot = nullptr;
   GemmTileFn gemm_tile = nullptr;
   PackedKernels packed;  // optional; never filled from the reference
+  ScaledKernels scaled;  // block-scaled types only
 };
 
 // Float kernels over rows stride floats apart (attention over cached K/V).
@@ -74,7 +85,7 @@ struct RowKernels {
 
 struct KernelTable {
   Isa isa = Isa::Scalar;
-  TypeKernels types[32];  // indexed by (uint32_t)DType; BF16 = 30 fits
+  TypeKernels types[kNumDTypeIds];  // indexed by (uint32_t)DType
   RowKernels rows;        // filled from the reference where an ISA has none
   const TypeKernels& operator[](DType t) const { return types[(uint32_t)t]; }
 };

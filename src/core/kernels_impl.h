@@ -10,10 +10,16 @@ namespace spool::detail {
 void fill_ref_float_kernels(KernelTable& t);   // kernels_ref.cpp: F32, F16, BF16
 void fill_ref_legacy_kernels(KernelTable& t);  // kernels_ref.cpp: Q4_0 .. Q8_1
 void fill_ref_kquant_kernels(KernelTable& t);  // kernels_ref_kquant.cpp: Q2_K .. Q8_K
+void fill_ref_fp8_kernels(KernelTable& t);     // kernels_fp8.cpp: F8_E4M3
+void fill_ref_mxfp4_kernels(KernelTable& t);   // kernels_mxfp4.cpp: MXFP4
 
 #if defined(SPOOL_X86)
 void fill_avx2_kernels(KernelTable& t);    // kernels_avx2.cpp
 void fill_avx512_kernels(KernelTable& t);  // kernels_avx512.cpp
+void fill_fp8_avx2_kernels(KernelTable& t);    // kernels_fp8_avx2.cpp
+void fill_fp8_avx512_kernels(KernelTable& t);  // kernels_fp8_avx512.cpp
+void fill_mxfp4_avx2_kernels(KernelTable& t);    // kernels_mxfp4_avx2.cpp
+void fill_mxfp4_avx512_kernels(KernelTable& t);  // kernels_mxfp4_avx512.cpp
 #endif
 #if defined(SPOOL_ARM64)
 void fill_neon_kernels(KernelTable& t);  // kernels_neon.cpp

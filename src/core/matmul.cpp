@@ -70,9 +70,66 @@ void matmul_packed(ThreadPool& pool, const PackedKernels& pk, const MatView& w, 
   });
 }
 
+// Block-scaled weights (F8_E4M3 with a scale grid), float activations. One
+// token: the fused decode-and-dot kernel per row (batch-invariant mode sends
+// it here as two tokens, so it takes the batched path). More: groups
+// of rows are decoded into a float scratch once and go through the F32 tile,
+// so each row is decoded once per call whatever the batch size.
+void matmul_scaled(ThreadPool& pool, const KernelTable& k, const MatView& w, const float* x, int64_t n_tokens,
+                   float* y) {
+  const ScaledKernels& sk = k[w.type].scaled;
+  if (!sk.dot || w.block_cols <= 0 || w.block_rows <= 0)
+    throw Error(std::string("matmul: no block-scaled kernel or block shape for ") + dtype_name(w.type));
+  const int64_t n_rows = w.n_rows, n_cols = w.n_cols, bc = w.block_cols;
+  const size_t w_stride = w.row_stride();
+  const auto* wdata = static_cast<const uint8_t*>(w.data);
+  const int64_t row_chunk = rows_per_task(n_rows, pool.size());
+  const int64_t n_row_chunks = (n_rows + row_chunk - 1) / row_chunk;
+  if (n_tokens == 1) {
+    pool.run(n_row_chunks, [&](int64_t task, int) {
+      const int64_t r_end = std::min(n_rows, (task + 1) * row_chunk);
+      for (int64_t r = task * row_chunk; r < r_end; ++r)
+        for (int64_t t = 0; t < n_tokens; ++t)
+          y[t * n_rows + r] = sk.dot(n_cols, wdata + r * w_stride, w.row_scales(r), bc, x + t * n_cols);
+    });
+    return;
+  }
+  const GemmTileFn tile = k[DType::F32].gemm_tile;
+  const size_t f_stride = (size_t)n_cols * sizeof(float);
+  // Rows decoded at a time: a scratch of at most ~256 KiB, 1..16 rows.
+  const int64_t group = std::clamp<int64_t>((256 << 10) / (int64_t)f_stride, 1, 16);
+  constexpr int64_t kTokenChunk = 64;
+  pool.run(n_row_chunks, [&](int64_t task, int) {
+    thread_local std::vector<float> buf;
+    buf.resize((size_t)group * n_cols);
+    const int64_t r_end = std::min(n_rows, (task + 1) * row_chunk);
+    for (int64_t r0 = task * row_chunk; r0 < r_end; r0 += group) {
+      const int64_t nr = std::min(group, r_end - r0);
+      for (int64_t i = 0; i < nr; ++i)
+        sk.dequantize(n_cols, wdata + (r0 + i) * w_stride, w.row_scales(r0 + i), bc, buf.data() + i * n_cols);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
+        const int64_t nc = std::min(kTokenChunk, n_tokens - t0);
+        tile(n_cols, buf.data(), f_stride, (int)nr, x + t0 * n_cols, f_stride, (int)nc, y + t0 * n_rows + r0,
+             (size_t)n_rows);
+      }
+    }
+  });
+}
+
 }  // namespace
 
+MatView row_slice(const MatView& w, int64_t row0, int64_t n_rows) {
+  SPOOL_CHECK(row0 >= 0 && row0 + n_rows <= w.n_rows);
+  MatView m = w;
+  m.data = static_cast<const uint8_t*>(w.data) + row0 * w.row_stride();
+  m.n_rows = n_rows;
+  m.packed = nullptr;
+  m.scale_row0 = w.scale_row0 + row0;
+  return m;
+}
+
 size_t packed_matrix_bytes(const MatView& w) {
+  if (w.block_scale) return 0;
   const PackedKernels& pk = kernels()[w.type].packed;
   if (pk.rows == 0 || w.n_cols % dtype_traits(w.type).block_size != 0) return 0;
   return pk.packed_bytes(w.n_rows, w.n_cols);
@@ -121,6 +178,12 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
     return;
   }
   const KernelTable& k = kernels();
+  if (w.block_scale) {
+    matmul_scaled(pool, k, w, x, n_tokens, y);
+    return;
+  }
+  if (!k[w.type].gemm_tile)
+    throw Error(std::string("matmul: weights of type ") + dtype_name(w.type) + " need their block scales");
   if (w.packed && k[w.type].packed.rows > 0) {
     matmul_packed(pool, k[w.type].packed, w, x, n_tokens, y, scratch);
     return;
@@ -178,6 +241,11 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
 
 void get_row(const MatView& w, int64_t r, float* out) {
   SPOOL_CHECK(r >= 0 && r < w.n_rows);
+  if (w.block_scale) {
+    kernels()[w.type].scaled.dequantize(w.n_cols, static_cast<const uint8_t*>(w.data) + r * w.row_stride(),
+                                        w.row_scales(r), w.block_cols, out);
+    return;
+  }
   dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + r * w.row_stride(), out, w.n_cols);
 }
 

@@ -22,8 +22,20 @@ struct MatView {      // a 2-D weight: n_rows rows of n_cols elements
   // Optional copy in kernels()'s packed layout for this type (see
   // PackedKernels), made by pack_matrix(); matmul prefers it when set.
   const void* packed = nullptr;
+  // Block-scaled types (F8_E4M3) only: element (r, c) is scaled by
+  // block_scale[((scale_row0 + r) / block_rows) * scale_cols + c / block_cols].
+  const float* block_scale = nullptr;
+  int64_t block_rows = 0, block_cols = 0;
+  int64_t scale_cols = 0;  // scales per block row: ceil(n_cols / block_cols)
+  int64_t scale_row0 = 0;  // this view's first row within the matrix the scales cover
   size_t row_stride() const { return row_bytes(type, n_cols); }
+  // The scales of row r's column blocks (block-scaled views only).
+  const float* row_scales(int64_t r) const { return block_scale + ((scale_row0 + r) / block_rows) * scale_cols; }
 };
+
+// Rows [row0, row0 + n_rows) of w as a view of their own (keeps a block
+// scale; drops a packed copy).
+MatView row_slice(const MatView& w, int64_t row0, int64_t n_rows);
 
 // Bytes of w's packed copy; 0 when kernels() has no packed path for w.type.
 size_t packed_matrix_bytes(const MatView& w);

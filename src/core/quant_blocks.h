@@ -67,6 +67,10 @@ struct BlockQ8_K {
   int16_t bsums[kQKK / 16];
 };
 
+// MXFP4 (OCP microscaling FP4, ggml type 39): x = kMxfp4Values[nibble] * 2^(e - 128)
+// (the e2m1 values doubled, the e8m0 scale halved); qs as Q4_0 (j low, j+16 high).
+struct BlockMXFP4 { uint8_t e; uint8_t qs[kQK / 2]; };
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);

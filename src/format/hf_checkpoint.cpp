@@ -3,7 +3,9 @@
 // into one Manifest with GGUF tensor names and shapes (each MoE expert's
 // matrices as their own slice entries). Matrices stay in the files; small
 // non-F32 vectors (norm weights, biases) are converted to F32 in memory
-// because the compute code reads them as float.
+// because the compute code reads them as float. Quantized checkpoints
+// (hf_quant.h): FP8 matrices stay in the files with their scale grid as a
+// companion entry; pack-quantized int4 ones are repacked into in-memory Q4_0.
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -13,7 +15,9 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "format/compressed_tensors.h"
 #include "format/hf_checkpoint.h"
+#include "format/hf_quant.h"
 #include "format/safetensors.h"
 #include "storage/local_file.h"
 
@@ -91,7 +95,8 @@ DType gguf_dtype(const std::string& st, const std::string& what) {
   if (st == "F32") return DType::F32;
   if (st == "F16") return DType::F16;
   if (st == "BF16") return DType::BF16;
-  throw Error(what + " has dtype " + st + ", which is not supported for this model (F32, F16, BF16)");
+  throw Error(what + " has dtype " + st + ", which is not supported for this model (F32, F16, BF16; F8_E4M3 with "
+              "block scales; compressed-tensors int4)");
 }
 
 // The safetensors files of the checkpoint and which tensors each holds.
@@ -129,42 +134,199 @@ std::vector<uint8_t> vector_as_f32(const std::string& path, const safetensors::E
   return out;
 }
 
-void add_tensor(const std::string& path, int file_index, const std::string& hf_name, const safetensors::Entry& e,
-                Manifest& m) {
-  const std::string what = "'" + path + "' tensor '" + hf_name + "'";
+// Every safetensors tensor of the checkpoint by HF name, with its shard.
+struct StTensor {
+  const safetensors::File* file;
+  int file_index;
+  safetensors::Entry entry;
+};
+using StTensors = std::map<std::string, StTensor>;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// GGUF name of the scale grid of weight `weight` ("blk.0.attn_q_a.weight" ->
+// "blk.0.attn_q_a.scale", "blk.1.ffn_up_exps.weight#3" -> "blk.1.ffn_up_exps.scale#3").
+std::string scale_name(const std::string& weight) {
+  const size_t at = weight.rfind(".weight");
+  return weight.substr(0, at) + ".scale" + weight.substr(at + 7);
+}
+
+std::string describe(const StTensor& st, const std::string& hf_name) {
+  return "'" + st.file->path + "' tensor '" + hf_name + "'";
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+TensorEntry new_entry(const std::string& hf_name, const std::string& what) {
   TensorEntry t;
   t.name = gguf_tensor_name(hf_name);
   if (t.name.empty()) throw Error(what + " is not part of a supported model (unexpected tensor name)");
   if (const size_t hash = t.name.find('#'); hash != std::string::npos) t.expert = std::stoi(t.name.substr(hash + 1));
-  t.type = gguf_dtype(e.dtype, what);
-  t.shape.assign(e.shape.rbegin(), e.shape.rend());  // safetensors is row-major, GGUF lists the contiguous dim first
-  if (t.shape.empty()) throw Error(what + " is a scalar");
-  if (t.shape.size() == 1 && t.type != DType::F32) {
-    t.type = DType::F32;
-    m.add_in_memory(std::move(t), vector_as_f32(path, e));
-    return;
+  return t;
+}
+
+// An FP8 block-scaled matrix: the codes stay in the file, the scale grid
+// (HF "<weight>_scale_inv", [ceil(rows / br), ceil(cols / bc)]) becomes the
+// companion entry the weight store pins with it.
+void add_fp8_tensor(const std::string& hf_name, const StTensor& st, TensorEntry t, const StTensors& all,
+                    const QuantConfig& q, Manifest& m) {
+  const std::string what = describe(st, hf_name);
+  const safetensors::Entry& e = st.entry;
+  if (q.method != QuantConfig::Method::Fp8Block)
+    throw Error(what + " is F8_E4M3 but config.json has no fp8 quantization_config with weight_block_size");
+  if (e.shape.size() != 2) throw Error(what + " is F8_E4M3 but not a matrix (shape " + shape_str(e.shape) + ")");
+  const std::string sname = hf_name + "_scale_inv";
+  auto it = all.find(sname);
+  if (it == all.end()) throw Error(what + " is F8_E4M3 but its block scales '" + sname + "' are missing");
+  const safetensors::Entry& se = it->second.entry;
+  const std::vector<int64_t> want = {(e.shape[0] + q.block_rows - 1) / q.block_rows,
+                                     (e.shape[1] + q.block_cols - 1) / q.block_cols};
+  if (se.shape != want)
+    throw Error(describe(it->second, sname) + " has shape " + shape_str(se.shape) + ", expected " + shape_str(want) +
+                " for " + shape_str(e.shape) + " in blocks of " + std::to_string(q.block_rows) + "x" +
+                std::to_string(q.block_cols));
+  TensorEntry s;
+  s.name = scale_name(t.name);
+  s.type = DType::F32;
+  s.shape = {want[1], want[0]};
+  s.expert = t.expert;
+  if (se.dtype == "F32") {
+    s.file = it->second.file_index;
+    s.offset = se.offset;
+    s.bytes = se.bytes;
+    m.add(std::move(s));
+  } else if (se.dtype == "BF16" || se.dtype == "F16") {
+    m.add_in_memory(std::move(s), vector_as_f32(it->second.file->path, se));
+  } else {
+    throw Error(describe(it->second, sname) + " has dtype " + se.dtype + ", expected F32 (or BF16/F16)");
   }
-  t.file = file_index;
+  t.type = DType::F8_E4M3;
+  t.companion = scale_name(t.name);
+  t.block_rows = q.block_rows;
+  t.block_cols = q.block_cols;
+  t.file = st.file_index;
   t.offset = e.offset;
   t.bytes = e.bytes;
   m.add(std::move(t));
 }
 
-void add_shards(const fs::path& dir, Manifest& m) {
-  for (const auto& [file, names] : list_shards(dir)) {
+// A compressed-tensors pack-quantized Linear ("<base>.weight_packed" with
+// weight_scale and weight_shape) repacked into an in-memory Q4_0 matrix.
+void add_packed_tensor(const std::string& base, const StTensor& st, const StTensors& all, const QuantConfig& q,
+                       Manifest& m) {
+  const std::string hf_name = base + ".weight", what = describe(st, base + ".weight_packed");
+  TensorEntry t = new_entry(hf_name, what);
+  if (q.method != QuantConfig::Method::PackQuantized)
+    throw Error(what + " is pack-quantized but config.json has no compressed-tensors quantization_config");
+  for (const char* unsupported : {".weight_zero_point", ".weight_g_idx"})
+    if (all.count(base + unsupported))
+      throw Error("'" + base + unsupported + "': zero points and activation reordering are not supported");
+  auto find = [&](const char* suffix) -> const StTensor& {
+    auto it = all.find(base + suffix);
+    if (it == all.end()) throw Error(what + ": '" + base + suffix + "' is missing");
+    return it->second;
+  };
+  const StTensor& shape_st = find(".weight_shape");
+  const StTensor& scale_st = find(".weight_scale");
+  const std::vector<int64_t> shape = shape_st.file->read_i64(base + ".weight_shape");
+  if (shape.size() != 2 || shape[0] <= 0 || shape[1] <= 0 || shape[1] > (1 << 24) || shape[0] > (1 << 24))
+    throw Error(describe(shape_st, base + ".weight_shape") + " must hold two positive sizes (rows, cols)");
+  const int64_t rows = shape[0], cols = shape[1];
+  if (cols % q.group_size != 0)
+    throw Error(what + ": " + std::to_string(cols) + " columns are not a multiple of group_size " +
+                std::to_string(q.group_size));
+  const safetensors::Entry& pe = st.entry;
+  if (pe.dtype != "I32" || pe.shape != std::vector<int64_t>{rows, (cols + 7) / 8})
+    throw Error(what + " is " + pe.dtype + " " + shape_str(pe.shape) + ", expected I32 " +
+                shape_str({rows, (cols + 7) / 8}) + " for weight_shape " + shape_str(shape));
+  const safetensors::Entry& se = scale_st.entry;
+  using compressed_tensors::ScaleType;
+  const ScaleType stype = se.dtype == "BF16" ? ScaleType::BF16 : se.dtype == "F16" ? ScaleType::F16 : ScaleType::F32;
+  if ((se.dtype != "BF16" && se.dtype != "F16" && se.dtype != "F32") ||
+      se.shape != std::vector<int64_t>{rows, cols / q.group_size})
+    throw Error(describe(scale_st, base + ".weight_scale") + " is " + se.dtype + " " + shape_str(se.shape) +
+                ", expected BF16/F16/F32 " + shape_str({rows, cols / q.group_size}));
+  std::vector<uint8_t> packed(pe.bytes), scales(se.bytes);
+  LocalFile(st.file->path).read(pe.offset, pe.bytes, packed.data());
+  LocalFile(scale_st.file->path).read(se.offset, se.bytes, scales.data());
+  t.type = DType::Q4_0;
+  t.shape = {cols, rows};
+  m.add_in_memory(std::move(t), compressed_tensors::repack_to_q4_0(packed.data(), scales.data(), stype, rows, cols,
+                                                                     q.group_size, what));
+}
+
+void add_tensor(const std::string& hf_name, const StTensor& st, const StTensors& all, const QuantConfig& q,
+                Manifest& m) {
+  const std::string what = describe(st, hf_name);
+  const safetensors::Entry& e = st.entry;
+  TensorEntry t = new_entry(hf_name, what);
+  t.shape.assign(e.shape.rbegin(), e.shape.rend());  // safetensors is row-major, GGUF lists the contiguous dim first
+  if (t.shape.empty()) throw Error(what + " is a scalar");
+  if (e.dtype == "F8_E4M3") return add_fp8_tensor(hf_name, st, std::move(t), all, q, m);
+  t.type = gguf_dtype(e.dtype, what);
+  if (t.shape.size() == 1 && t.type != DType::F32) {
+    t.type = DType::F32;
+    m.add_in_memory(std::move(t), vector_as_f32(st.file->path, e));
+    return;
+  }
+  t.file = st.file_index;
+  t.offset = e.offset;
+  t.bytes = e.bytes;
+  m.add(std::move(t));
+}
+
+// Opens every shard (files registered in m) and lists their tensors.
+StTensors collect_shards(const fs::path& dir, std::vector<safetensors::File>& files, Manifest& m) {
+  const auto shards = list_shards(dir);
+  files.reserve(shards.size());
+  StTensors all;
+  for (const auto& [file, names] : shards) {
     const std::string path = (dir / file).string();
     if (!fs::exists(path)) throw Error("shard '" + path + "' (listed in model.safetensors.index.json) is missing");
-    const safetensors::File st = safetensors::open(path);
+    files.push_back(safetensors::open(path));
+    const safetensors::File& st = files.back();
     const int index = (int)m.files.size();
     m.files.push_back(path);
     m.file_sizes.push_back(fs::file_size(path));
     if (names.empty()) {
-      for (const auto& [name, e] : st.tensors)
-        if (!ignored_tensor(name)) add_tensor(path, index, name, e, m);
+      for (const auto& [name, e] : st.tensors) all[name] = StTensor{&st, index, e};
     } else {
-      for (const std::string& name : names)
-        if (!ignored_tensor(name)) add_tensor(path, index, name, st.require(name), m);
+      for (const std::string& name : names) all[name] = StTensor{&st, index, st.require(name)};
     }
+  }
+  return all;
+}
+
+void add_shards(const fs::path& dir, const QuantConfig& q, Manifest& m) {
+  std::vector<safetensors::File> files;
+  const StTensors all = collect_shards(dir, files, m);
+  static const char* kPackedParts[] = {".weight_scale", ".weight_shape", ".weight_zero_point", ".weight_g_idx"};
+  for (const auto& [name, st] : all) {
+    if (ignored_tensor(name)) continue;
+    if (ends_with(name, "_scale_inv")) {  // added with its FP8 weight
+      auto w = all.find(name.substr(0, name.size() - 10));
+      if (w == all.end() || w->second.entry.dtype != "F8_E4M3")
+        throw Error(describe(st, name) + " scales no F8_E4M3 weight");
+      continue;
+    }
+    if (ends_with(name, ".weight_packed")) {
+      add_packed_tensor(name.substr(0, name.size() - 14), st, all, q, m);
+      continue;
+    }
+    bool part = false;
+    for (const char* suffix : kPackedParts) {
+      if (!ends_with(name, suffix)) continue;
+      const std::string base = name.substr(0, name.size() - std::strlen(suffix));
+      if (!all.count(base + ".weight_packed")) throw Error(describe(st, name) + " belongs to no '" + base + ".weight_packed'");
+      part = true;
+    }
+    if (!part) add_tensor(name, st, all, q, m);
   }
 }
 
@@ -189,8 +351,10 @@ gguf::File open_checkpoint(const std::string& path) {
   if (!fs::exists(config)) throw Error("'" + dir.string() + "' is not a Hugging Face checkpoint: no config.json");
   gguf::File out;
   bool tied = false;
+  QuantConfig quant;
   try {
     const nlohmann::json cfg = read_json(config.string());
+    quant = read_quant_config(cfg);
     const fs::path abs = fs::absolute(dir).lexically_normal();
     const std::string name = (abs.filename().empty() ? abs.parent_path() : abs).filename().string();
     config_to_metadata(cfg, name, out);
@@ -200,7 +364,7 @@ gguf::File open_checkpoint(const std::string& path) {
   } catch (const Error& e) {
     throw Error("'" + dir.string() + "': " + e.what());
   }
-  add_shards(dir, out.manifest);
+  add_shards(dir, quant, out.manifest);
   // Tied embeddings: no lm_head, the output projection reuses token_embd.
   if (!tied && !out.manifest.find("output.weight") && out.manifest.find("token_embd.weight"))
     throw Error("'" + dir.string() + "': lm_head.weight is missing and config.json does not tie word embeddings");

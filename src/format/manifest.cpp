@@ -35,6 +35,21 @@ void Manifest::add_in_memory(TensorEntry entry, std::vector<uint8_t> data) {
   buffers_.push_back(std::move(buf));
 }
 
+void Manifest::replace_in_memory(const std::string& name, DType type, std::vector<uint8_t> data) {
+  auto it = index_.find(name);
+  if (it == index_.end()) throw Error("model is missing tensor '" + name + "'");
+  auto buf = std::make_shared<const std::vector<uint8_t>>(std::move(data));
+  TensorEntry& t = tensors[it->second];
+  t.type = type;
+  t.file = -1;
+  t.offset = 0;
+  t.bytes = buf->size();
+  t.memory = buf->data();
+  t.companion.clear();
+  t.block_rows = t.block_cols = 0;
+  buffers_.push_back(std::move(buf));
+}
+
 std::string expert_slice_name(const std::string& stacked, int expert) {
   return stacked + "#" + std::to_string(expert);
 }

@@ -27,6 +27,11 @@ struct TensorEntry {
   uint64_t bytes = 0;
   const void* memory = nullptr;  // in-memory tensors only (file is -1); owned by the Manifest
   int expert = -1;               // expert slices only: which expert of its layer
+  // Block-scaled types (F8_E4M3): the F32 entry holding the scale grid,
+  // [ceil(n_cols / block_cols), ceil(n_rows / block_rows)] in GGUF order; the
+  // weight store pins it together with this one (WeightStore::acquire).
+  std::string companion;
+  int64_t block_rows = 0, block_cols = 0;
   int64_t n_elements() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -49,6 +54,9 @@ struct Manifest {
   void add(TensorEntry entry);
   // Adds a tensor whose bytes are held by the manifest (shared by its copies).
   void add_in_memory(TensorEntry entry, std::vector<uint8_t> data);
+  // Gives an existing tensor new bytes of another type (same shape), held by
+  // the manifest; drops its companion (weights/convert.h).
+  void replace_in_memory(const std::string& name, DType type, std::vector<uint8_t> data);
   uint64_t total_bytes() const;
 
  private:

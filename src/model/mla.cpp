@@ -58,6 +58,7 @@ void grow(std::vector<float>& v, size_t n) {
 
 // Rows [row0, row0 + n_rows) of w as a matrix of its own (no packed copy).
 MatView row_range(const MatView& w, int64_t n_cols, int64_t row0, int64_t n_rows) {
+  if (n_cols == w.n_cols) return row_slice(w, row0, n_rows);  // keeps FP8 block scales
   MatView m;
   m.type = w.type;
   m.n_cols = n_cols;

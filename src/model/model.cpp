@@ -17,6 +17,7 @@
 #include "format/hf_checkpoint.h"
 #include "model/arch_registry.h"
 #include "model/hf_tokenizer.h"
+#include "weights/convert.h"
 #include "weights/streaming_store.h"
 
 namespace spool {
@@ -90,6 +91,10 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     throw Error("'" + path + "': unsupported architecture '" + arch + "' (supported: " + list + ")");
   }
   parts.tokenizer = load_tokenizer(parts.file);
+  int n_threads = options.n_threads > 0 ? options.n_threads : (int)std::thread::hardware_concurrency();
+  parts.pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
+  // --convert: matmul weights become in-memory tensors of the new type (both stores keep those resident).
+  if (options.convert) convert_matmul_weights(parts.file.manifest, *options.convert, parts.pool.get());
   // Auto: resident when the whole file (plus a rough KV/scratch allowance)
   // fits what this process may use; the budget is then what is available.
   const uint64_t file_bytes = parts.file.manifest.total_bytes();
@@ -118,8 +123,6 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   so.verbose = options.verbose || (log && std::string(log) == "debug");
   parts.weights = mode == WeightMode::Streaming ? std::unique_ptr<WeightStore>(make_streaming_store(parts.file.manifest, so))
                                                 : make_resident_store(parts.file.manifest);
-  int n_threads = options.n_threads > 0 ? options.n_threads : (int)std::thread::hardware_concurrency();
-  parts.pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
   parts.options = options;
   std::unique_ptr<Model> model = factory(std::move(parts));
   const int min_slots = model->config().n_expert_used > 0 ? model->config().n_expert_used + 1 : 0;

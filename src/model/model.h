@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ struct LoadOptions {
   bool pack_streaming = true;  // streaming: repack resident matmul weights (off: exactly the unpacked kernels)
   bool verbose = false;   // per-tensor load timings on stderr (also SPOOL_LOG=debug)
   uint64_t weight_budget = 0;  // >0: streaming with exactly this much for the weights (tests, experiments)
+  // Matmul weights converted at load into this type, in memory (weights/convert.h).
+  std::optional<DType> convert = std::nullopt;
 };
 
 // Bytes of KV cache and activation scratch a model reserves at n_ctx

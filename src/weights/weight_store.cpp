@@ -15,14 +15,28 @@ namespace spool {
 WeightRef& WeightRef::operator=(WeightRef&& o) noexcept {
   if (this != &o) {
     if (store_ && entry_) store_->unpin(*entry_);
+    if (store_ && companion_) store_->unpin(*companion_);
     store_ = o.store_; entry_ = o.entry_; data_ = o.data_; packed_ = o.packed_;
+    companion_ = o.companion_; companion_data_ = o.companion_data_;
     o.store_ = nullptr; o.entry_ = nullptr; o.data_ = nullptr; o.packed_ = nullptr;
+    o.companion_ = nullptr; o.companion_data_ = nullptr;
   }
   return *this;
 }
 
 WeightRef::~WeightRef() {
   if (store_ && entry_) store_->unpin(*entry_);
+  if (store_ && companion_) store_->unpin(*companion_);
+}
+
+WeightRef WeightStore::acquire(const TensorEntry& t) {
+  WeightRef r(this, &t, pin(t), packed(t));
+  if (!t.companion.empty()) {
+    const TensorEntry& c = manifest_.require(t.companion);
+    r.companion_data_ = pin(c);
+    r.companion_ = &c;
+  }
+  return r;
 }
 
 MatView WeightRef::mat() const {
@@ -32,6 +46,12 @@ MatView WeightRef::mat() const {
   m.n_cols = entry_->shape[0];
   m.n_rows = entry_->n_elements() / entry_->shape[0];
   m.packed = packed_;
+  if (companion_) {
+    m.block_scale = static_cast<const float*>(companion_data_);
+    m.block_rows = entry_->block_rows;
+    m.block_cols = entry_->block_cols;
+    m.scale_cols = (m.n_cols + m.block_cols - 1) / m.block_cols;
+  }
   return m;
 }
 
@@ -70,7 +90,9 @@ class ResidentStore final : public WeightStore {
 
   void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) override {
     for (const TensorEntry* t : tensors) {
-      if (packed_.count(t) || t->shape.size() != 2) continue;
+      // In-memory matrices (repacked int4, --convert) are not packed again:
+      // the manifest keeps their bytes, so a packed copy would double them.
+      if (packed_.count(t) || t->shape.size() != 2 || t->memory) continue;
       WeightRef ref = acquire(*t);
       const MatView mv = ref.mat();
       const size_t bytes = packed_matrix_bytes(mv);

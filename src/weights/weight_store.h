@@ -37,17 +37,21 @@ class WeightRef {
   const float* f32() const;  // only for F32 tensors (norm weights, biases)
 
  private:
+  friend class WeightStore;
   WeightStore* store_ = nullptr;
   const TensorEntry* entry_ = nullptr;
   const void* data_ = nullptr;
   const void* packed_ = nullptr;
+  const TensorEntry* companion_ = nullptr;  // the block-scale grid of entry_, pinned with it
+  const void* companion_data_ = nullptr;
 };
 
 class WeightStore {
  public:
   virtual ~WeightStore() = default;
   const Manifest& manifest() const { return manifest_; }
-  WeightRef acquire(const TensorEntry& t) { return WeightRef(this, &t, pin(t), packed(t)); }
+  // Pins t, and its companion entry (block scales) when it names one.
+  WeightRef acquire(const TensorEntry& t);
   WeightRef acquire(const std::string& name) { return acquire(manifest_.require(name)); }
   // Hint that these tensors are needed soon (prefetch); resident store ignores it.
   virtual void prefetch(const std::vector<const TensorEntry*>& tensors) {}

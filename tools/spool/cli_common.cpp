@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "weights/convert.h"
 
 namespace spool::cli {
 
@@ -42,6 +43,8 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
       ->capture_default_str();
   cmd->add_flag("--no-speculate", f.no_speculate, "Streaming: do not prefetch the next layer's guessed experts");
   cmd->add_flag("--verbose-load", f.verbose_load, "Per-tensor load timings on stderr (also SPOOL_LOG=debug)");
+  cmd->add_option("--convert", f.convert,
+                  "Convert matmul weights at load into TYPE (q8_0, q4_0, f16, ...): faster, in memory, not exact");
 }
 
 uint64_t parse_size(const std::string& s) {
@@ -73,6 +76,15 @@ std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, 
   opt.cache_policy = f.cache_policy;
   opt.speculate = !f.no_speculate;
   opt.verbose = f.verbose_load;
+  if (!f.convert.empty()) {
+    opt.convert = dtype_from_name(f.convert);
+    if (!opt.convert) throw Error("--convert: unknown type '" + f.convert + "' (try q8_0, q4_0, f16)");
+    try {
+      check_convert_target(*opt.convert);
+    } catch (const Error& e) {
+      throw Error(std::string("--convert: ") + e.what());
+    }
+  }
   return load_model(resolve_model_path(given_path), opt);
 }
 

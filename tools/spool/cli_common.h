@@ -22,6 +22,7 @@ struct ModelFlags {
   std::string cache_policy = "lru";
   bool no_speculate = false;
   bool verbose_load = false;
+  std::string convert;              // --convert TYPE: matmul weights converted at load ("" = as stored)
 };
 void add_model_flags(CLI::App* cmd, ModelFlags& f);
 // 512, 64K, 1.5G, 8G (binary units); throws spool::Error on anything else.
