@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
+npm ci --prefix tests/api --no-audit --no-fund  # the official openai package, for tests/api
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
 if [ -z "${SPOOL_SKIP_ARM:-}" ]; then
   scripts/test-arm.sh

@@ -42,5 +42,6 @@ void add_perplexity_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace spool::cli

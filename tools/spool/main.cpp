@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   spool::cli::add_bench_command(app);
   spool::cli::add_inspect_command(app);
   spool::cli::add_synth_command(app);
+  spool::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,182 @@
+// POST /v1/completions and /v1/chat/completions: validate, submit to the
+// engine, then either wait for the whole answer or stream it as SSE chunks.
+// A client that goes away is noticed when a write fails: streamed, a token
+// chunk or an SSE comment sent while nothing else is; not streamed, a request
+// still running after kSyncGrace is answered with a chunked body whose JSON
+// is preceded by a space every kKeepAliveInterval (valid JSON whitespace).
+// Its request is then cancelled so its KV blocks are freed at once.
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "server/openai_format.h"
+#include "server/request_channel.h"
+#include "server/server_context.h"
+
+namespace spool::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+constexpr auto kKeepAliveInterval = std::chrono::milliseconds(200);
+// Non-streamed answers that take longer than this commit to status 200 and a chunked body (see above).
+constexpr auto kSyncGrace = std::chrono::milliseconds(1000);
+
+RequestId submit(ServerContext& ctx, RequestParams params, const std::shared_ptr<RequestChannel>& channel) {
+  try {
+    return ctx.engine.submit(std::move(params), [channel](const RequestEvent& ev) { channel->push(ev); });
+  } catch (const QueueFull& e) {
+    ApiError err(503, std::string("the server is busy (request queue full): ") + e.what() + "; retry later",
+                 "server_error", "queue_full");
+    err.retry_after_s = 1;
+    throw err;
+  } catch (const InvalidRequest& e) {
+    throw ApiError(400, e.what(), "invalid_request_error", "invalid_request");
+  }
+}
+
+struct StreamState {
+  ServerContext* ctx = nullptr;
+  std::shared_ptr<RequestChannel> channel;
+  RequestId id = 0;
+  ResponseMeta meta;
+  bool include_usage = false;
+  bool finished = false;
+  bool role_sent = false;
+  size_t text_sent = 0;
+};
+
+// Runs on the connection's thread until the request finishes or the client is gone.
+bool stream_events(StreamState& st, httplib::DataSink& sink) {
+  auto last_write = Clock::now();
+  const auto write = [&](const std::string& s) {
+    last_write = Clock::now();
+    return sink.write(s.data(), s.size());
+  };
+  const auto cancel = [&] {
+    st.ctx->engine.cancel(st.id);
+    return false;  // closes the connection
+  };
+  const TokenText text = [&](int32_t t) { return st.ctx->engine.model().tokenizer().token_to_piece(t); };
+  if (st.meta.endpoint == Endpoint::ChatCompletions && !st.role_sent) {
+    st.role_sent = true;
+    if (!write(sse_data(role_chunk(st.meta, st.include_usage)))) return cancel();
+  }
+  while (true) {
+    const std::vector<RequestEvent> events = st.channel->wait(kPollInterval);
+    if (events.empty()) {
+      if (Clock::now() - last_write >= kKeepAliveInterval && !write(": keep-alive\n\n")) return cancel();
+      continue;
+    }
+    for (const RequestEvent& ev : events) {
+      if (ev.finished && ev.reason == FinishReason::Error) {
+        st.finished = true;
+        write(sse_data(error_json(ApiError(500, "generation failed: " + ev.error, "server_error", "engine_error"))));
+        sink.done();
+        return true;
+      }
+      for (const json& chunk : event_chunks(st.meta, ev, text, st.text_sent, st.include_usage))
+        if (!write(sse_data(chunk))) return cancel();
+      st.text_sent += ev.text.size();
+      if (!ev.finished) continue;
+      st.finished = true;
+      if (st.include_usage && !write(sse_data(usage_chunk(st.meta, ev)))) return false;
+      if (!write(kSseDone)) return false;
+      sink.done();
+      return true;
+    }
+  }
+}
+
+struct WholeState {
+  ServerContext* ctx = nullptr;
+  std::shared_ptr<RequestChannel> channel;
+  RequestId id = 0;
+  ResponseMeta meta;
+  Generation g;
+};
+
+std::string whole_body(const WholeState& st) {
+  const TokenText text = [&](int32_t t) { return st.ctx->engine.model().tokenizer().token_to_piece(t); };
+  return dump_json(completion_response(st.meta, st.g, text));
+}
+
+// A non-streamed answer that outlived kSyncGrace: the status is already 200, so
+// an engine failure now can only be reported as an error object in the body.
+bool send_whole(WholeState& st, httplib::DataSink& sink) {
+  auto last_write = Clock::now();
+  while (!st.g.finished) {
+    for (const RequestEvent& ev : st.channel->wait(kPollInterval)) st.g.add(ev);
+    if (!st.g.finished && Clock::now() - last_write >= kKeepAliveInterval) {
+      last_write = Clock::now();
+      if (!sink.write(" ", 1)) {
+        st.ctx->engine.cancel(st.id);
+        return false;
+      }
+    }
+  }
+  const std::string body =
+      st.g.reason == FinishReason::Error
+          ? dump_json(error_json(ApiError(500, "generation failed: " + st.g.error, "server_error", "engine_error")))
+          : whole_body(st);
+  if (!sink.write(body.data(), body.size())) return false;
+  sink.done();
+  return true;
+}
+
+}  // namespace
+
+void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  const json body = parse_json_body(req);
+  const ApiRequest api = parse_api_request(body, endpoint);
+  check_model(ctx, api.model);
+  RequestParams params = to_request_params(api, ctx.prompt_context());
+
+  ResponseMeta meta;
+  meta.endpoint = endpoint;
+  meta.id = new_response_id(endpoint);
+  meta.created = (int64_t)std::time(nullptr);
+  meta.model = ctx.options.model_id;
+  meta.logprobs = api.top_logprobs >= 0;
+
+  auto channel = std::make_shared<RequestChannel>();
+  const RequestId id = submit(ctx, std::move(params), channel);
+
+  if (!api.stream) {
+    auto st = std::make_shared<WholeState>();
+    st->ctx = &ctx;
+    st->channel = channel;
+    st->id = id;
+    st->meta = meta;
+    const auto deadline = Clock::now() + kSyncGrace;
+    while (!st->g.finished && Clock::now() < deadline)
+      for (const RequestEvent& ev : channel->wait(kPollInterval)) st->g.add(ev);
+    if (st->g.finished) {
+      if (st->g.reason == FinishReason::Error)
+        throw ApiError(500, "generation failed: " + st->g.error, "server_error", "engine_error");
+      res.set_content(whole_body(*st), "application/json");
+      return;
+    }
+    res.set_chunked_content_provider(
+        "application/json", [st](size_t, httplib::DataSink& sink) { return send_whole(*st, sink); },
+        [st](bool) {
+          if (!st->g.finished) st->ctx->engine.cancel(st->id);  // the connection ended early
+        });
+    return;
+  }
+
+  auto st = std::make_shared<StreamState>();
+  st->ctx = &ctx;
+  st->channel = channel;
+  st->id = id;
+  st->meta = meta;
+  st->include_usage = api.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [st](size_t, httplib::DataSink& sink) { return stream_events(*st, sink); },
+      [st](bool) {
+        if (!st->finished) st->ctx->engine.cancel(st->id);  // the connection ended early
+      });
+}
+
+}  // namespace spool::server

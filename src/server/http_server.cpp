@@ -1,0 +1,220 @@
+// The HTTP server: routes, the auth hook, error responses, and the small
+// endpoints (/health, /v1/models, /metrics, /tokenize, /detokenize). The
+// completion routes live in completion_handler.cpp.
+#include "server/http_server.h"
+
+#include <csignal>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sys/socket.h>
+
+#include "core/error.h"
+#include "server/auth.h"
+#include "server/openai_format.h"
+#include "server/server_context.h"
+
+namespace spool::server {
+
+namespace {
+
+using Handler = std::function<void(ServerContext&, const httplib::Request&, httplib::Response&)>;
+
+// Every route goes through here: whatever a handler throws becomes an OpenAI error response.
+httplib::Server::Handler guarded(ServerContext& ctx, Handler h) {
+  return [&ctx, h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
+    try {
+      h(ctx, req, res);
+    } catch (const ApiError& e) {
+      write_error(res, e);
+    } catch (const std::exception& e) {
+      write_error(res, ApiError(500, std::string("internal error: ") + e.what(), "server_error", "internal_error"));
+    }
+  };
+}
+
+void reply_json(httplib::Response& res, const json& j) { res.set_content(dump_json(j), "application/json"); }
+
+json model_object(const ServerContext& ctx) {
+  const Model& m = ctx.engine.model();
+  return json{{"id", ctx.options.model_id},
+              {"object", "model"},
+              {"created", (int64_t)ctx.created},
+              {"owned_by", "spool"},
+              {"meta",
+               {{"arch", m.config().arch},
+                {"n_ctx", ctx.engine.options().n_ctx},
+                {"parallel", ctx.engine.options().max_running},
+                {"kv_block_size", ctx.engine.options().block_size},
+                {"n_ctx_train", m.config().n_ctx_train},
+                {"n_vocab", m.config().n_vocab},
+                {"chat_template", ctx.chat_template != nullptr}}}};
+}
+
+void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_json_body(req);
+  const auto content = body.find("content");
+  if (content == body.end() || !content->is_string())
+    throw bad_param("content", "'content' must be a string", "invalid_type");
+  const auto flag = [&](const char* name) {
+    const auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return false;
+    if (!it->is_boolean()) throw bad_param(name, std::string("'") + name + "' must be a boolean", "invalid_type");
+    return it->get<bool>();
+  };
+  const bool add_special = flag("add_special"), with_pieces = flag("with_pieces");
+  const Tokenizer& tok = ctx.engine.model().tokenizer();
+  const std::vector<int32_t> ids = tok.encode(content->get<std::string>(), add_special, true);
+  json tokens = json::array();
+  for (int32_t id : ids)
+    tokens.push_back(with_pieces ? json{{"id", id}, {"piece", tok.token_to_piece(id, true)}} : json(id));
+  reply_json(res, {{"tokens", tokens}});
+}
+
+void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_json_body(req);
+  const auto tokens = body.find("tokens");
+  if (tokens == body.end() || !tokens->is_array())
+    throw bad_param("tokens", "'tokens' must be an array of token ids", "invalid_type");
+  const Tokenizer& tok = ctx.engine.model().tokenizer();
+  std::vector<int32_t> ids;
+  for (const json& t : *tokens) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
+      throw bad_param("tokens", "token ids must be integers in [0, " + std::to_string(tok.n_vocab()) + "), got " +
+                                    t.dump());
+    ids.push_back((int32_t)t.get<int64_t>());
+  }
+  reply_json(res, {{"content", tok.decode(ids)}});
+}
+
+// Bodies for errors httplib raises itself (no route, body too large).
+ApiError error_for_status(const httplib::Request& req, int status, size_t max_body) {
+  switch (status) {
+    case 404: return ApiError(404, "no route " + req.method + " " + req.path, "invalid_request_error", "not_found");
+    case 413:
+      return ApiError(413, "the request body is larger than the server's limit of " + std::to_string(max_body) + " bytes",
+                      "invalid_request_error", "payload_too_large");
+    case 400: return ApiError(400, "malformed HTTP request", "invalid_request_error", "bad_request");
+    default:
+      return ApiError(status, "HTTP error " + std::to_string(status),
+                      status >= 500 ? "server_error" : "invalid_request_error");
+  }
+}
+
+void add_routes(ServerContext& ctx) {
+  httplib::Server& http = ctx.http;
+  http.Get("/health", guarded(ctx, [](ServerContext&, const httplib::Request&, httplib::Response& res) {
+    reply_json(res, {{"status", "ok"}});
+  }));
+  http.Get("/metrics", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
+    res.set_content(render_metrics(c.engine.stats(), c.counters.snapshot()), "text/plain; version=0.0.4");
+  }));
+  http.Get("/v1/models", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
+    reply_json(res, {{"object", "list"}, {"data", json::array({model_object(c)})}});
+  }));
+  http.Get(R"(/v1/models/(.+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    check_model(c, req.matches[1].str());
+    reply_json(res, model_object(c));
+  }));
+  http.Post("/v1/completions", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    handle_completion(c, req, res, Endpoint::Completions);
+  }));
+  http.Post("/v1/chat/completions",
+            guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+              handle_completion(c, req, res, Endpoint::ChatCompletions);
+            }));
+  http.Post("/tokenize", guarded(ctx, handle_tokenize));
+  http.Post("/detokenize", guarded(ctx, handle_detokenize));
+}
+
+void add_hooks(ServerContext& ctx) {
+  ctx.http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (ctx.options.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::optional<std::string> token = bearer_token(req.get_header_value("Authorization"));
+    if (token && keys_equal(*token, ctx.options.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("WWW-Authenticate", "Bearer");
+    write_error(res, ApiError(401,
+                              token ? "invalid API key" : "missing API key: send the header 'Authorization: Bearer KEY'",
+                              "authentication_error", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  ctx.http.set_error_handler(
+      httplib::Server::HandlerWithResponse([&ctx](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // already an API error
+        write_error(res, error_for_status(req, res.status, ctx.options.max_body_bytes));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  ctx.http.set_logger([&ctx](const httplib::Request&, const httplib::Response& res) { ctx.counters.count(res.status); });
+}
+
+}  // namespace
+
+json parse_json_body(const httplib::Request& req) {
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_request_error",
+                   "invalid_json");
+  }
+  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object", "invalid_request_error", "invalid_json");
+  return body;
+}
+
+void check_model(const ServerContext& ctx, const std::string& model) {
+  if (model.empty() || model == ctx.options.model_id) return;
+  for (const std::string& alias : ctx.options.model_aliases)
+    if (model == alias) return;
+  throw ApiError(404, "the model '" + model + "' does not exist; this server serves '" + ctx.options.model_id + "'",
+                 "invalid_request_error", "model_not_found", "model");
+}
+
+void write_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
+  res.set_content(dump_json(error_json(e)), "application/json");
+}
+
+ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_unique<Context>(engine, std::move(options))) {
+  check_bind_policy(ctx_->options.host, ctx_->options.api_key);
+  std::signal(SIGPIPE, SIG_IGN);  // a vanished client must be a failed write, not a dead process
+  ctx_->created = std::time(nullptr);
+  const std::string source = chat_template_source(engine.model().file());
+  if (!source.empty()) {
+    try {
+      ctx_->chat_template = std::make_unique<ChatTemplate>(source);
+    } catch (const std::exception& e) {  // serve completions anyway; chat requests get a 400
+      std::fprintf(stderr, "spool: warning: the model's chat template does not parse (%s); chat is off\n", e.what());
+    }
+  }
+  const EngineOptions& eo = engine.options();
+  const int threads = ctx_->options.http_threads > 0 ? ctx_->options.http_threads : eo.max_running + eo.max_waiting + 8;
+  ctx_->http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
+  ctx_->http.set_payload_max_length(ctx_->options.max_body_bytes);
+  ctx_->http.set_tcp_nodelay(true);
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server bind a port in use.
+  ctx_->http.set_socket_options([](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  // An idle keep-alive connection holds a worker until this runs out, and stop() waits for the workers.
+  ctx_->http.set_keep_alive_timeout(2);
+  add_hooks(*ctx_);
+  add_routes(*ctx_);
+}
+
+ApiServer::~ApiServer() { stop(); }
+
+int ApiServer::bind() {
+  const ServerOptions& o = ctx_->options;
+  const int port = o.port == 0 ? ctx_->http.bind_to_any_port(o.host) : (ctx_->http.bind_to_port(o.host, o.port) ? o.port : -1);
+  if (port <= 0)
+    throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) +
+                " (address in use, or not an address of this machine)");
+  return port;
+}
+
+void ApiServer::listen() { ctx_->http.listen_after_bind(); }
+
+void ApiServer::stop() { ctx_->http.stop(); }
+
+}  // namespace spool::server

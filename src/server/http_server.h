@@ -1,0 +1,47 @@
+// `spool serve`'s HTTP server: OpenAI-compatible routes over an Engine
+// (/v1/models, /v1/completions, /v1/chat/completions), plus /health,
+// /metrics, /tokenize and /detokenize. Bearer-key auth on everything but
+// /health when a key is set; every error is an OpenAI error object.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace spool::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                        // 0: the OS picks one (bind() returns it)
+  std::string api_key;                    // "": no auth (only allowed on loopback)
+  size_t max_body_bytes = 8u << 20;       // larger request bodies get 413
+  std::string model_id;                   // the name /v1/models lists and responses carry
+  std::vector<std::string> model_aliases; // other `model` values accepted (e.g. the path as given)
+  int http_threads = 0;                   // 0: enough for every running and waiting request, plus a few
+};
+
+class ApiServer {
+ public:
+  // Checks the bind policy (a non-loopback host needs a key); throws spool::Error.
+  ApiServer(Engine& engine, ServerOptions options);
+  ~ApiServer();
+  ApiServer(const ApiServer&) = delete;
+  ApiServer& operator=(const ApiServer&) = delete;
+
+  // Binds the listening socket; returns the port. Throws spool::Error on failure.
+  int bind();
+  // Serves until stop(); returns when the server has stopped.
+  void listen();
+  // Thread-safe; makes listen() return.
+  void stop();
+
+  struct Context;
+
+ private:
+  std::unique_ptr<Context> ctx_;
+};
+
+}  // namespace spool::server

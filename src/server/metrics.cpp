@@ -1,0 +1,80 @@
+// Prometheus text for /metrics; see metrics.h.
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace spool::server {
+
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void append_metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+         number(value) + "\n";
+}
+
+}  // namespace
+
+void HttpCounters::count(int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++by_status_[status];
+}
+
+std::map<int, uint64_t> HttpCounters::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_status_;
+}
+
+void append_histogram(std::string& out, const std::string& name, const std::string& help,
+                      const std::vector<double>& bounds, const std::vector<double>& samples) {
+  std::vector<double> sorted = samples;
+  std::sort(sorted.begin(), sorted.end());
+  double sum = 0;
+  for (double s : sorted) sum += s;
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  for (double le : bounds) {
+    const size_t n = std::upper_bound(sorted.begin(), sorted.end(), le) - sorted.begin();
+    out += name + "_bucket{le=\"" + number(le) + "\"} " + std::to_string(n) + "\n";
+  }
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(sorted.size()) + "\n";
+  out += name + "_sum " + number(sum) + "\n";
+  out += name + "_count " + std::to_string(sorted.size()) + "\n";
+}
+
+std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& http_by_status) {
+  std::string out;
+  append_metric(out, "spool_requests_running", "gauge", "Requests being prefilled or decoded.", s.running);
+  append_metric(out, "spool_requests_waiting", "gauge", "Requests queued (or preempted) waiting to run.", s.waiting);
+  append_metric(out, "spool_requests_finished_total", "counter", "Requests finished (any reason).",
+                (double)s.requests_finished);
+  append_metric(out, "spool_prompt_tokens_total", "counter", "Prompt tokens of submitted requests.",
+                (double)s.prompt_tokens);
+  append_metric(out, "spool_generated_tokens_total", "counter", "Tokens generated.", (double)s.generated_tokens);
+  append_metric(out, "spool_prefix_cache_hit_tokens_total", "counter",
+                "Prompt tokens not recomputed thanks to the prefix cache.", (double)s.prefix_hit_tokens);
+  append_metric(out, "spool_kv_blocks_total", "gauge", "KV cache blocks in the pool.", s.kv_blocks_total);
+  append_metric(out, "spool_kv_blocks_used", "gauge", "KV cache blocks held by requests (running or preempted).",
+                s.kv_blocks_used);
+  append_metric(out, "spool_kv_blocks_cached", "gauge", "KV cache blocks unreferenced but kept for prefix reuse.",
+                s.kv_blocks_cached);
+  append_metric(out, "spool_kv_bytes", "gauge", "Bytes of the KV pool (reserved at start).", (double)s.kv_bytes);
+  append_metric(out, "spool_preemptions_total", "counter", "Requests preempted when KV blocks ran out.",
+                (double)s.preemptions);
+  out += "# HELP spool_http_responses_total HTTP responses by status code.\n"
+         "# TYPE spool_http_responses_total counter\n";
+  for (const auto& [status, n] : http_by_status)
+    out += "spool_http_responses_total{code=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
+  append_histogram(out, "spool_time_to_first_token_seconds", "Time from submission to the first generated token.",
+                   {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}, s.ttft);
+  append_histogram(out, "spool_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.",
+                   {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}, s.inter_token);
+  return out;
+}
+
+}  // namespace spool::server

@@ -1,0 +1,34 @@
+// /metrics in Prometheus' text exposition format (version 0.0.4): engine
+// gauges and counters (requests, tokens, KV blocks, prefix-cache hits,
+// preemptions), HTTP responses by status, and histograms of time to first
+// token and inter-token latency.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace spool::server {
+
+// HTTP responses by status code; thread-safe.
+class HttpCounters {
+ public:
+  void count(int status);
+  std::map<int, uint64_t> snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<int, uint64_t> by_status_;
+};
+
+// Appends a histogram (cumulative _bucket{le=...} lines, _sum, _count) of `samples`.
+void append_histogram(std::string& out, const std::string& name, const std::string& help,
+                      const std::vector<double>& bounds, const std::vector<double>& samples);
+
+std::string render_metrics(const EngineStats& stats, const std::map<int, uint64_t>& http_by_status);
+
+}  // namespace spool::server

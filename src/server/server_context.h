@@ -1,0 +1,44 @@
+// What every route handler shares: the engine, the options, the parsed chat
+// template, HTTP counters. Internal to src/server.
+#pragma once
+
+#include <ctime>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+
+#include <httplib.h>
+
+#include "model/chat_template.h"
+#include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace spool::server {
+
+struct ApiServer::Context {
+  Engine& engine;
+  ServerOptions options;
+  std::unique_ptr<ChatTemplate> chat_template;  // null: the model has none
+  HttpCounters counters;
+  std::time_t created = 0;
+  httplib::Server http;
+
+  Context(Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {}
+  PromptContext prompt_context() const {
+    return PromptContext{&engine.model().tokenizer(), chat_template.get(), engine.options().n_ctx};
+  }
+};
+using ServerContext = ApiServer::Context;
+
+// The request body as a JSON object; 400 with the parser's message otherwise.
+nlohmann::json parse_json_body(const httplib::Request& req);
+// 404 unless `model` is empty, the served id or an alias.
+void check_model(const ServerContext& ctx, const std::string& model);
+// Writes an ApiError as the response.
+void write_error(httplib::Response& res, const ApiError& e);
+
+// /v1/completions and /v1/chat/completions (completion_handler.cpp).
+void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+
+}  // namespace spool::server

@@ -1,0 +1,122 @@
+// Shared by the API tests: start a real `spool serve` on a free loopback port
+// (--port 0; the port is read from its start-up line), stop it, read /metrics,
+// run `spool run` for reference outputs. SPOOL_BIN and SPOOL_SHARED_DIR come
+// from CTest (tests/api/run.sh); the defaults fit a checkout with build/.
+import { spawn, execFile } from 'node:child_process';
+import { mkdtempSync, symlinkSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const SPOOL_BIN = process.env.SPOOL_BIN ?? path.resolve(here, '../../build/spool');
+export const SHARED = process.env.SPOOL_SHARED_DIR ?? path.resolve(here, '../../../shared');
+export const STORIES = path.join(SHARED, 'models/stories260K.gguf');
+
+// Starts `spool serve -m model --port 0 ...args`; resolves once it listens.
+export function startServer(model, args = [], { timeoutMs = 30000 } = {}) {
+  const proc = spawn(SPOOL_BIN, ['serve', '-m', model, '--port', '0', '-t', '1', ...args], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(new Error(`spool serve did not start in ${timeoutMs} ms:\n${stderr}`));
+    }, timeoutMs);
+    let listening = false;
+    proc.on('exit', (code) => {
+      if (listening) return;
+      clearTimeout(timer);
+      reject(new Error(`spool serve exited with ${code} before listening:\n${stderr}`));
+    });
+    proc.stderr.on('data', (d) => {
+      stderr += d;
+      const m = /serving '([^']*)' on http:\/\/([^:\s]+):(\d+)/.exec(stderr);
+      if (!m || listening) return;
+      listening = true;
+      clearTimeout(timer);
+      const url = `http://${m[2]}:${m[3]}`;
+      resolve({
+        proc,
+        url,
+        modelId: m[1],
+        stderr: () => stderr,
+        client: (opts = {}) => new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000, ...opts }),
+        stop: () => stopProcess(proc),
+      });
+    });
+  });
+}
+
+export function stopProcess(proc) {
+  if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve(proc.exitCode);
+  return new Promise((resolve) => {
+    const killer = setTimeout(() => proc.kill('SIGKILL'), 10000);
+    proc.on('exit', (code, signal) => {
+      clearTimeout(killer);
+      resolve(code ?? signal);
+    });
+    proc.kill('SIGTERM');
+  });
+}
+
+// Runs `spool <args>`; resolves { code, stdout, stderr }.
+export function runSpool(args, { timeoutMs = 60000 } = {}) {
+  return new Promise((resolve) => {
+    execFile(SPOOL_BIN, args, { timeout: timeoutMs, maxBuffer: 1 << 24 }, (err, stdout, stderr) => {
+      resolve({ code: err ? (err.code ?? 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+// One sample's value from Prometheus text (name with labels, exactly as printed).
+export async function metric(url, name, headers = {}) {
+  const res = await fetch(`${url}/metrics`, { headers });
+  const text = await res.text();
+  for (const line of text.split('\n')) {
+    if (line.startsWith(name + ' ')) return Number(line.slice(name.length + 1));
+  }
+  throw new Error(`metric ${name} not found in:\n${text}`);
+}
+
+export async function waitFor(predicate, { timeoutMs = 10000, stepMs = 50 } = {}) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    if (await predicate()) return true;
+    if (Date.now() > end) return false;
+    await new Promise((r) => setTimeout(r, stepMs));
+  }
+}
+
+// A temp HF checkpoint: the qwen2-tiny fixture plus a Qwen2 chat template
+// (chat_template.jinja from the tok-qwen2 fixture); remove() deletes it.
+export function qwen2TinyWithTemplate() {
+  const dir = mkdtempSync(path.join(tmpdir(), 'spool-api-'));
+  const src = path.join(SHARED, 'fixtures/qwen2-tiny');
+  for (const f of ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) {
+    symlinkSync(path.join(src, f), path.join(dir, f));
+  }
+  symlinkSync(path.join(SHARED, 'fixtures/tok-qwen2/chat_template.jinja'), path.join(dir, 'chat_template.jinja'));
+  return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+export async function postRaw(url, route, body, headers = {}) {
+  const res = await fetch(url + route, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...headers },
+    body,
+  });
+  return { status: res.status, headers: res.headers, json: await res.json() };
+}
+
+export function assertErrorShape(assert, body, code) {
+  assert.equal(typeof body.error, 'object', JSON.stringify(body));
+  assert.equal(typeof body.error.message, 'string');
+  assert.ok(body.error.message.length > 0);
+  assert.equal(typeof body.error.type, 'string');
+  assert.ok('param' in body.error);
+  assert.ok('code' in body.error);
+  if (code !== undefined) assert.equal(body.error.code, code, JSON.stringify(body));
+}

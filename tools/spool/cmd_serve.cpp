@@ -1,0 +1,118 @@
+// `spool serve`: loads a model, starts the serving engine (continuous
+// batching over a paged KV cache) and the OpenAI-compatible HTTP server
+// (src/server). Stops cleanly on SIGINT/SIGTERM.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <pthread.h>
+#include <thread>
+
+#include "cli_common.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "runtime/engine.h"
+#include "server/auth.h"
+#include "server/http_server.h"
+
+namespace spool::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model, host = "127.0.0.1", api_key, api_key_file;
+  int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64;
+  size_t max_body = 8u << 20;
+  ModelFlags model_flags;  // --mem-budget and friends, as run/bench
+};
+
+// The id clients see: the model file's name (a directory's name for HF checkpoints).
+std::string model_id_of(const std::string& path) {
+  std::filesystem::path p(path);
+  if (!p.has_filename()) p = p.parent_path();
+  if (p.filename() == "config.json") p = p.parent_path();
+  return p.filename().string();
+}
+
+void serve(const ServeOptions& o) {
+  std::string key = o.api_key;
+  if (!o.api_key_file.empty()) {
+    if (!key.empty()) throw Error("give either --api-key or --api-key-file, not both");
+    key = server::read_api_key_file(o.api_key_file);
+  }
+  server::check_bind_policy(o.host, key);  // before the (possibly long) model load
+  if (o.parallel < 1) throw Error("--parallel must be at least 1");
+  if (o.max_waiting < 1) throw Error("--max-waiting must be at least 1");
+
+  // SIGINT/SIGTERM go to one waiting thread (blocked everywhere else, threads inherit the mask).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const double t_load = now_seconds();
+  const std::string path = resolve_model_path(o.model);
+  auto model = open_model(path, o.n_threads, o.model_flags, o.n_ctx, o.n_batch);
+  const ModelConfig& cfg = model->config();
+  EngineOptions eo;
+  eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
+  eo.max_running = o.parallel;
+  eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
+  eo.max_waiting = o.max_waiting;
+  auto engine = make_engine(*model, eo);
+
+  server::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.api_key = key;
+  so.max_body_bytes = o.max_body;
+  so.model_id = model_id_of(path);
+  so.model_aliases = {path};
+  server::ApiServer api(*engine, so);
+  const int port = api.bind();
+  const EngineStats st = engine->stats();
+  std::fprintf(stderr,
+               "spool: %s (%s, %d layers, %d threads) loaded in %.2f s; context %d, parallel %d, KV pool %d blocks "
+               "(%.1f MiB)\nspool: serving '%s' on http://%s:%d%s\n",
+               cfg.name.c_str(), cfg.arch.c_str(), cfg.n_layer, model->pool().size(), now_seconds() - t_load,
+               eo.n_ctx, eo.max_running, st.kv_blocks_total, st.kv_bytes / 1048576.0, so.model_id.c_str(),
+               o.host.c_str(), port, key.empty() ? "" : " (API key required)");
+  std::fflush(stderr);
+
+  std::atomic<bool> done{false};
+  std::thread signal_waiter([&] {
+    const timespec tick{0, 200 * 1000 * 1000};
+    while (!done) {
+      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+        std::fprintf(stderr, "spool: stopping\n");
+        api.stop();
+        return;
+      }
+    }
+  });
+  api.listen();
+  done = true;
+  signal_waiter.join();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  cmd->add_option("-m,--model", o->model, "Model: GGUF file or Hugging Face directory; default ../shared/models/stories260K.gguf");
+  cmd->add_option("--host", o->host, "Address to listen on (anything but loopback needs an API key)")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port (0: any free port, printed at start)")->capture_default_str();
+  cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--api-key-file", o->api_key_file, "Read the API key from the first line of this file");
+  cmd->add_option("--parallel", o->parallel, "Requests decoded together at most")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", o->n_ctx, "Context per request in tokens (default: model's, at most 4096)");
+  cmd->add_option("-t,--threads", o->n_threads, "Threads (default: all cores)");
+  cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per engine step (decodes + prefill chunks)")->capture_default_str();
+  cmd->add_option("--max-waiting", o->max_waiting, "Queued requests at most; beyond it requests get 503")->capture_default_str();
+  cmd->add_option("--max-body", o->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
+  add_model_flags(cmd, o->model_flags);
+  cmd->callback([o] { serve(*o); });
+}
+
+}  // namespace spool::cli
