@@ -463,5 +463,25 @@ TEST(ServerMetrics, HistogramBucketsAreCumulative) {
       << out;
 }
 
+TEST(ServerMetrics, WeightCacheFiguresOnlyWhenStreaming) {
+  EngineStats e;
+  EXPECT_EQ(render_metrics(e, {}).find("spool_weight_"), std::string::npos);
+  StoreStats w;
+  w.bytes_read = 123456789;
+  w.requests = 42;
+  w.layers.resize(2);
+  w.layers[0].hits = 3;
+  w.layers[0].prefetched = 1;
+  w.layers[0].misses = 2;
+  w.layers[1].inflight = 1;
+  w.layers[1].misses = 1;
+  const std::string out = render_metrics(e, {}, &w);
+  EXPECT_NE(out.find("spool_weight_bytes_read_total 123456789\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("spool_weight_read_requests_total 42\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("spool_weight_cache_lookups_total 8\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("spool_weight_cache_hits_total 4\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("spool_weight_cache_hit_ratio 0.5\n"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace spool::server

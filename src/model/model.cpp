@@ -147,7 +147,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   } else if (mode == WeightMode::Streaming) {
     const ModelConfig& c = model->config();
     const int n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
-    const uint64_t kv = kv_bytes_estimate(c, n_ctx), scratch = scratch_bytes_estimate(c, n_ctx, options.n_batch);
+    const uint64_t kv = kv_bytes_estimate(c, n_ctx) * (uint64_t)std::max(1, options.n_seq), scratch = scratch_bytes_estimate(c, n_ctx, options.n_batch);
     auto& store = static_cast<StreamingStore&>(model->weights());
     store.set_min_expert_slots(min_slots);
     if (kv + scratch >= budget)
@@ -157,8 +157,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
                   std::to_string(store.minimum_budget() >> 20) + " MiB: give at least " +
                   std::to_string((kv + scratch + store.minimum_budget()) / 1048576 + 1) +
                   " MiB, or a smaller -c / -b");
-    std::fprintf(stderr, "spool: budget %.1f MiB = KV %.1f MiB (%d positions) + scratch %.1f MiB + weights %.1f MiB\n",
-                 budget / 1048576.0, kv / 1048576.0, n_ctx, scratch / 1048576.0, (budget - kv - scratch) / 1048576.0);
+    std::fprintf(stderr, "spool: budget %.1f MiB = KV %.1f MiB (%d positions x %d sequences) + scratch %.1f MiB + weights %.1f MiB\n",
+                 budget / 1048576.0, kv / 1048576.0, n_ctx, std::max(1, options.n_seq), scratch / 1048576.0, (budget - kv - scratch) / 1048576.0);
     try {
       store.start(budget - kv - scratch, &model->pool());
     } catch (const Error& e) {

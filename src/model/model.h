@@ -36,6 +36,7 @@ struct LoadOptions {
   uint64_t mem_budget = 0;
   int n_ctx = 0;          // KV positions the budget reserves (0: the model's, at most 4096)
   int n_batch = 512;      // tokens per forward pass, for the scratch estimate
+  int n_seq = 1;          // sequences whose full-context KV the budget reserves (serve: --parallel)
   std::string cache_policy = "lru";
   bool speculate = true;  // streaming: guess the next layer's experts
   bool pack_streaming = true;  // streaming: repack resident matmul weights (off: exactly the unpacked kernels)

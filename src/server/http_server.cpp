@@ -106,7 +106,10 @@ void add_routes(ServerContext& ctx) {
     reply_json(res, {{"status", "ok"}});
   }));
   http.Get("/metrics", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(c.engine.stats(), c.counters.snapshot()), "text/plain; version=0.0.4");
+    const WeightStore& store = c.engine.model().weights();
+    const StoreStats weights = store.streaming() ? store.stats_snapshot() : StoreStats{};
+    res.set_content(render_metrics(c.engine.stats(), c.counters.snapshot(), store.streaming() ? &weights : nullptr),
+                    "text/plain; version=0.0.4");
   }));
   http.Get("/v1/models", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
     reply_json(res, {{"object", "list"}, {"data", json::array({model_object(c)})}});

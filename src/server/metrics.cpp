@@ -47,8 +47,33 @@ void append_histogram(std::string& out, const std::string& name, const std::stri
   out += name + "_count " + std::to_string(sorted.size()) + "\n";
 }
 
-std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& http_by_status) {
+// Streaming weight store: what was read from storage and how often a needed
+// unit was already in memory (cached from earlier use, or read ahead in time).
+void append_weight_metrics(std::string& out, const StoreStats& w) {
+  uint64_t lookups = 0, hits = 0;
+  for (const LayerCacheStats& l : w.layers) {
+    lookups += l.lookups();
+    hits += l.hits + l.prefetched;
+  }
+  append_metric(out, "spool_weight_bytes_read_total", "counter", "Bytes the weight store read from storage.",
+                (double)w.bytes_read);
+  append_metric(out, "spool_weight_read_requests_total", "counter", "Storage reads issued by the weight store.",
+                (double)w.requests);
+  append_metric(out, "spool_weight_cache_lookups_total", "counter", "Streamed weight units needed by compute.",
+                (double)lookups);
+  append_metric(out, "spool_weight_cache_hits_total", "counter",
+                "Streamed weight units already in memory when needed (cached or read ahead).", (double)hits);
+  append_metric(out, "spool_weight_cache_hit_ratio", "gauge", "spool_weight_cache_hits_total / lookups.",
+                lookups ? (double)hits / (double)lookups : 0.0);
+  append_metric(out, "spool_weight_io_wait_seconds_total", "counter", "Time compute waited for weight reads.",
+                w.io_wait_ns / 1e9);
+  append_metric(out, "spool_weight_cache_evictions_total", "counter", "Weight cache evictions.", (double)w.evictions);
+}
+
+std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& http_by_status,
+                           const StoreStats* weights) {
   std::string out;
+  if (weights) append_weight_metrics(out, *weights);
   append_metric(out, "spool_requests_running", "gauge", "Requests being prefilled or decoded.", s.running);
   append_metric(out, "spool_requests_waiting", "gauge", "Requests queued (or preempted) waiting to run.", s.waiting);
   append_metric(out, "spool_requests_finished_total", "counter", "Requests finished (any reason).",

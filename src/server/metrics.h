@@ -1,6 +1,6 @@
 // /metrics in Prometheus' text exposition format (version 0.0.4): engine
 // gauges and counters (requests, tokens, KV blocks, prefix-cache hits,
-// preemptions), HTTP responses by status, and histograms of time to first
+// preemptions), the streaming weight cache (bytes read, hits), HTTP responses by status, and histograms of time to first
 // token and inter-token latency.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "weights/store_stats.h"
 
 namespace spool::server {
 
@@ -29,6 +30,8 @@ class HttpCounters {
 void append_histogram(std::string& out, const std::string& name, const std::string& help,
                       const std::vector<double>& bounds, const std::vector<double>& samples);
 
-std::string render_metrics(const EngineStats& stats, const std::map<int, uint64_t>& http_by_status);
+// `weights`: the model's weight-store counters when it streams (null: resident, no weight-cache metrics).
+std::string render_metrics(const EngineStats& stats, const std::map<int, uint64_t>& http_by_status,
+                           const StoreStats* weights = nullptr);
 
 }  // namespace spool::server

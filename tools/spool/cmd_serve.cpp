@@ -52,7 +52,7 @@ void serve(const ServeOptions& o) {
 
   const double t_load = now_seconds();
   const std::string path = resolve_model_path(o.model);
-  auto model = open_model(path, o.n_threads, o.model_flags, o.n_ctx, o.n_batch);
+  auto model = open_model(path, o.n_threads, o.model_flags, o.n_ctx, o.n_batch, o.parallel);  // budget: KV pool of --parallel contexts
   const ModelConfig& cfg = model->config();
   EngineOptions eo;
   eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
