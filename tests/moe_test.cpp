@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "weights/counting_store.h"
 #include "test_util.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -234,31 +235,6 @@ TEST(MoeRouter, SoftmaxTopKWithAndWithoutRenormalization) {
 
 // ---- each routed expert is read once per forward pass ----------------------------
 
-// A weight store that counts acquires per tensor, over a resident store.
-class CountingStore final : public WeightStore {
- public:
-  explicit CountingStore(const Manifest& m) : WeightStore(m), inner_(make_resident_store(m)) {}
-  const char* mode() const override { return "counting"; }
-  void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) override {
-    std::vector<const TensorEntry*> mine;
-    for (const TensorEntry* t : tensors) mine.push_back(&inner(*t));
-    inner_->prepare_matmul_weights(mine, pool);
-  }
-  std::map<std::string, int> acquires;
-
- protected:
-  const void* pin(const TensorEntry& t) override {
-    ++acquires[t.name];
-    return inner_->acquire(inner(t)).data();  // resident: stays valid after the ref goes
-  }
-  const void* packed(const TensorEntry& t) override { return inner_->acquire(inner(t)).mat().packed; }
-
- private:
-  const TensorEntry& inner(const TensorEntry& t) const {
-    return inner_->manifest().tensors[&t - manifest_.tensors.data()];
-  }
-  std::unique_ptr<WeightStore> inner_;
-};
 
 std::unique_ptr<Model> load_counting(const std::string& path, CountingStore** store) {
   ModelParts parts;

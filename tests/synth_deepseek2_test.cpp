@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "weights/counting_store.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/thread_pool.h"
@@ -247,29 +248,6 @@ TEST(SynthDeepseek2, PlannedSizeIsTheWrittenSizeAndThreadsDoNotChangeTheFile) {
 
 // ---- routing over a real forward pass ----------------------------------------------
 
-// Counts expert acquires per tensor over a resident store.
-class CountingStore final : public WeightStore {
- public:
-  explicit CountingStore(const Manifest& m) : WeightStore(m), inner_(make_resident_store(m)) {}
-  const char* mode() const override { return "counting"; }
-  void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) override {
-    std::vector<const TensorEntry*> mine;
-    for (const TensorEntry* t : tensors) mine.push_back(&inner(*t));
-    inner_->prepare_matmul_weights(mine, pool);
-  }
-  std::map<std::string, int> acquires;
-
- protected:
-  const void* pin(const TensorEntry& t) override {
-    ++acquires[t.name];
-    return inner_->acquire(inner(t)).data();
-  }
-  const void* packed(const TensorEntry& t) override { return inner_->acquire(inner(t)).mat().packed; }
-
- private:
-  const TensorEntry& inner(const TensorEntry& t) const { return inner_->manifest().tensors[&t - manifest_.tensors.data()]; }
-  std::unique_ptr<WeightStore> inner_;
-};
 
 // Picks per expert of every MoE layer over `n_tokens` tokens fed one at a
 // time (each step acquires exactly the token's experts): [layer][expert].

@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "weights/counting_store.h"
 #include "cli_common.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -45,30 +46,6 @@ void verify_model(const std::string& path, int n_threads) {
   std::fprintf(stderr, "spool: verified: forward pass over %zu tokens gives finite logits\n", tokens.size());
 }
 
-// Counts acquires per tensor over a resident store: which experts each
-// decoded token was routed to.
-class CountingStore final : public WeightStore {
- public:
-  explicit CountingStore(const Manifest& m) : WeightStore(m), inner_(make_resident_store(m)) {}
-  const char* mode() const override { return "counting"; }
-  void prepare_matmul_weights(const std::vector<const TensorEntry*>& tensors, ThreadPool* pool) override {
-    std::vector<const TensorEntry*> mine;
-    for (const TensorEntry* t : tensors) mine.push_back(&inner(*t));
-    inner_->prepare_matmul_weights(mine, pool);
-  }
-  std::map<std::string, int> acquires;
-
- protected:
-  const void* pin(const TensorEntry& t) override {
-    ++acquires[t.name];
-    return inner_->acquire(inner(t)).data();  // resident: stays valid after the ref goes
-  }
-  const void* packed(const TensorEntry& t) override { return inner_->acquire(inner(t)).mat().packed; }
-
- private:
-  const TensorEntry& inner(const TensorEntry& t) const { return inner_->manifest().tensors[&t - manifest_.tensors.data()]; }
-  std::unique_ptr<WeightStore> inner_;
-};
 
 // Decodes 32 tokens one at a time and prints, per MoE layer, how many experts
 // they used and the most popular one's count; fails when a layer uses fewer
