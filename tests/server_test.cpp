@@ -60,7 +60,8 @@ class FakeEngine : public Engine {
     s.running = active_;
     s.kv_blocks_used = active_;
     s.kv_blocks_total = 100;
-    s.ttft = {0.002, 0.2};
+    s.ttft.add(0.002);
+    s.ttft.add(0.2);
     return s;
   }
   Model& model() override { return *model_; }
@@ -457,7 +458,9 @@ TEST(ServerRequest, ChatLogprobsAndMaxCompletionTokens) {
 
 TEST(ServerMetrics, HistogramBucketsAreCumulative) {
   std::string out;
-  append_histogram(out, "h", "help", {0.1, 1}, {0.05, 0.5, 0.5, 5});
+  LatencyHistogram h{0.1, 1};
+  for (double x : {0.05, 0.5, 0.5, 5.0}) h.add(x);
+  append_histogram(out, "h", "help", h);
   EXPECT_NE(out.find("h_bucket{le=\"0.1\"} 1\nh_bucket{le=\"1\"} 3\nh_bucket{le=\"+Inf\"} 4\nh_sum 6.05\nh_count 4\n"),
             std::string::npos)
       << out;

@@ -235,8 +235,8 @@ class EngineImpl final : public Engine {
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.generated_tokens;
-      if (r.completion_tokens == 1) stats_.ttft.push_back(seconds_between(r.submitted, now));
-      else stats_.inter_token.push_back(seconds_between(r.last_token, now));
+      if (r.completion_tokens == 1) stats_.ttft.add(seconds_between(r.submitted, now));
+      else stats_.inter_token.add(seconds_between(r.last_token, now));
     }
     r.last_token = now;
     if (tok.is_eog(next) && !r.params.ignore_eos) {

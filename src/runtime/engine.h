@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/latency_histogram.h"
 #include "runtime/sampler.h"
 
 namespace spool {
@@ -80,8 +81,9 @@ struct EngineStats {
   uint64_t kv_bytes = 0;              // the KV pool's size (reserved up front; count it in the memory budget)
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;
-  // Latency samples since start, seconds (for histograms).
-  std::vector<double> ttft, inter_token;
+  // Latencies since start, seconds: time to first token, time between tokens.
+  LatencyHistogram ttft{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  LatencyHistogram inter_token{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 };
 
 class QueueFull : public std::runtime_error { using std::runtime_error::runtime_error; };

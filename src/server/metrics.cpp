@@ -31,20 +31,13 @@ std::map<int, uint64_t> HttpCounters::snapshot() const {
   return by_status_;
 }
 
-void append_histogram(std::string& out, const std::string& name, const std::string& help,
-                      const std::vector<double>& bounds, const std::vector<double>& samples) {
-  std::vector<double> sorted = samples;
-  std::sort(sorted.begin(), sorted.end());
-  double sum = 0;
-  for (double s : sorted) sum += s;
+void append_histogram(std::string& out, const std::string& name, const std::string& help, const LatencyHistogram& h) {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
-  for (double le : bounds) {
-    const size_t n = std::upper_bound(sorted.begin(), sorted.end(), le) - sorted.begin();
-    out += name + "_bucket{le=\"" + number(le) + "\"} " + std::to_string(n) + "\n";
-  }
-  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(sorted.size()) + "\n";
-  out += name + "_sum " + number(sum) + "\n";
-  out += name + "_count " + std::to_string(sorted.size()) + "\n";
+  for (size_t i = 0; i < h.bounds().size(); ++i)
+    out += name + "_bucket{le=\"" + number(h.bounds()[i]) + "\"} " + std::to_string(h.cumulative(i)) + "\n";
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(h.count()) + "\n";
+  out += name + "_sum " + number(h.sum()) + "\n";
+  out += name + "_count " + std::to_string(h.count()) + "\n";
 }
 
 // Streaming weight store: what was read from storage and how often a needed
@@ -96,9 +89,9 @@ std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& 
   for (const auto& [status, n] : http_by_status)
     out += "spool_http_responses_total{code=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
   append_histogram(out, "spool_time_to_first_token_seconds", "Time from submission to the first generated token.",
-                   {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}, s.ttft);
+                   s.ttft);
   append_histogram(out, "spool_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.",
-                   {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}, s.inter_token);
+                   s.inter_token);
   return out;
 }
 

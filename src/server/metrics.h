@@ -26,9 +26,8 @@ class HttpCounters {
   std::map<int, uint64_t> by_status_;
 };
 
-// Appends a histogram (cumulative _bucket{le=...} lines, _sum, _count) of `samples`.
-void append_histogram(std::string& out, const std::string& name, const std::string& help,
-                      const std::vector<double>& bounds, const std::vector<double>& samples);
+// Appends a histogram (cumulative _bucket{le=...} lines, _sum, _count).
+void append_histogram(std::string& out, const std::string& name, const std::string& help, const LatencyHistogram& h);
 
 // `weights`: the model's weight-store counters when it streams (null: resident, no weight-cache metrics).
 std::string render_metrics(const EngineStats& stats, const std::map<int, uint64_t>& http_by_status,
