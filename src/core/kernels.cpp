@@ -151,6 +151,8 @@ KernelTable* build_table(Isa isa) {
   if (!t->rows.swiglu) t->rows.swiglu = ref.rows.swiglu;
   if (!t->rows.dot_rows_multi) t->rows.dot_rows_multi = ref.rows.dot_rows_multi;
   if (!t->rows.axpy_rows_multi) t->rows.axpy_rows_multi = ref.rows.axpy_rows_multi;
+  if (!t->rows.dot_rows_multi_f16) t->rows.dot_rows_multi_f16 = ref.rows.dot_rows_multi_f16;
+  if (!t->rows.axpy_rows_multi_f16) t->rows.axpy_rows_multi_f16 = ref.rows.axpy_rows_multi_f16;
   return t;
 }
 

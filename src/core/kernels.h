@@ -90,6 +90,11 @@ struct RowKernels {
   // for h < n_q, i < d.
   void (*axpy_rows_multi)(int64_t d, const float* w, size_t w_stride, int n_q, const float* v, size_t stride,
                           int64_t n, float* out) = nullptr;
+  // The same two over F16 rows (an F16 KV cache).
+  void (*dot_rows_multi_f16)(int64_t d, const float* q, int n_q, const uint16_t* k, size_t stride, int64_t n,
+                             float* out, size_t out_stride) = nullptr;
+  void (*axpy_rows_multi_f16)(int64_t d, const float* w, size_t w_stride, int n_q, const uint16_t* v,
+                              size_t stride, int64_t n, float* out) = nullptr;
 };
 
 struct KernelTable {

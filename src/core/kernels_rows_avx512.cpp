@@ -66,29 +66,34 @@ void axpy_rows(int64_t d, const float* w, const float* v, size_t stride, int64_t
 // strided (one row per position), which the hardware prefetcher follows
 // poorly: prefetch the row kRowsAhead positions on.
 constexpr int64_t kRowsAhead = 6;
-inline void prefetch_row(const float* r, int64_t d) {
-  for (int64_t i = 0; i < d; i += 16) _mm_prefetch(reinterpret_cast<const char*>(r + i), _MM_HINT_T0);
+template <class T>
+inline void prefetch_row(const T* r, int64_t d) {
+  for (int64_t i = 0; i < d; i += 64 / sizeof(T)) _mm_prefetch(reinterpret_cast<const char*>(r + i), _MM_HINT_T0);
 }
 
-template <int H>
-void dot_rows_heads(int64_t d, const float* q, const float* k, size_t stride, int64_t n, float* out,
-                    size_t out_stride) {
+// 16 cached elements as floats: F32 rows, or F16 rows (IEEE half).
+inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load16(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+
+template <int H, class T>
+void dot_rows_heads(int64_t d, const float* q, const T* k, size_t stride, int64_t n, float* out, size_t out_stride) {
   for (int64_t p = 0; p < n; ++p) {
-    const float* kp = k + p * stride;
+    const T* kp = k + p * stride;
     if (p + kRowsAhead < n) prefetch_row(kp + kRowsAhead * stride, d);
     __m512 acc[H];
     SPOOL_UNROLL for (int h = 0; h < H; ++h) acc[h] = _mm512_setzero_ps();
     for (int64_t i = 0; i < d; i += 16) {
       const __mmask16 m = tail_mask(d - i);
-      const __m512 kv = _mm512_maskz_loadu_ps(m, kp + i);
+      const __m512 kv = load16(kp + i, m);
       SPOOL_UNROLL for (int h = 0; h < H; ++h) acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * d + i), kv, acc[h]);
     }
     SPOOL_UNROLL for (int h = 0; h < H; ++h) out[h * out_stride + p] = _mm512_reduce_add_ps(acc[h]);
   }
 }
 
-void dot_rows_multi(int64_t d, const float* q, int n_q, const float* k, size_t stride, int64_t n, float* out,
-                    size_t out_stride) {
+template <class T>
+void dot_rows_multi_t(int64_t d, const float* q, int n_q, const T* k, size_t stride, int64_t n, float* out,
+                      size_t out_stride) {
   for (int h0 = 0; h0 < n_q; h0 += 4) {
     const float* qh = q + h0 * d;
     float* oh = out + h0 * out_stride;
@@ -101,11 +106,19 @@ void dot_rows_multi(int64_t d, const float* q, int n_q, const float* k, size_t s
   }
 }
 
+void dot_rows_multi(int64_t d, const float* q, int n_q, const float* k, size_t stride, int64_t n, float* out,
+                    size_t out_stride) {
+  dot_rows_multi_t(d, q, n_q, k, stride, n, out, out_stride);
+}
+void dot_rows_multi_f16(int64_t d, const float* q, int n_q, const uint16_t* k, size_t stride, int64_t n, float* out,
+                        size_t out_stride) {
+  dot_rows_multi_t(d, q, n_q, k, stride, n, out, out_stride);
+}
+
 // Up to 4 outputs x 64 floats of accumulators in registers; each 64-float
 // slice of a value row is loaded once for all of them.
-template <int H>
-void axpy_rows_heads(int64_t d, const float* w, size_t w_stride, const float* v, size_t stride, int64_t n,
-                     float* out) {
+template <int H, class T>
+void axpy_rows_heads(int64_t d, const float* w, size_t w_stride, const T* v, size_t stride, int64_t n, float* out) {
   for (int64_t i0 = 0; i0 < d; i0 += 64) {
     __mmask16 m[4];
     __m512 acc[H][4];
@@ -113,10 +126,10 @@ void axpy_rows_heads(int64_t d, const float* w, size_t w_stride, const float* v,
     for (int h = 0; h < H; ++h)
       for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_maskz_loadu_ps(m[c], out + h * d + i0 + 16 * c);
     for (int64_t p = 0; p < n; ++p) {
-      const float* vp = v + p * stride + i0;
+      const T* vp = v + p * stride + i0;
       if (p + kRowsAhead < n) prefetch_row(vp + kRowsAhead * stride, std::min<int64_t>(64, d - i0));
       __m512 vv[4];
-      SPOOL_UNROLL for (int c = 0; c < 4; ++c) vv[c] = _mm512_maskz_loadu_ps(m[c], vp + 16 * c);
+      SPOOL_UNROLL for (int c = 0; c < 4; ++c) vv[c] = load16(vp + 16 * c, m[c]);
       SPOOL_UNROLL for (int h = 0; h < H; ++h) {
         const __m512 wp = _mm512_set1_ps(w[h * w_stride + p]);
         SPOOL_UNROLL for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_fmadd_ps(wp, vv[c], acc[h][c]);
@@ -127,8 +140,9 @@ void axpy_rows_heads(int64_t d, const float* w, size_t w_stride, const float* v,
   }
 }
 
-void axpy_rows_multi(int64_t d, const float* w, size_t w_stride, int n_q, const float* v, size_t stride, int64_t n,
-                     float* out) {
+template <class T>
+void axpy_rows_multi_t(int64_t d, const float* w, size_t w_stride, int n_q, const T* v, size_t stride, int64_t n,
+                       float* out) {
   for (int h0 = 0; h0 < n_q; h0 += 4) {
     const float* wh = w + h0 * w_stride;
     float* oh = out + h0 * d;
@@ -139,6 +153,15 @@ void axpy_rows_multi(int64_t d, const float* w, size_t w_stride, int n_q, const 
       default: axpy_rows_heads<1>(d, wh, w_stride, v, stride, n, oh); break;
     }
   }
+}
+
+void axpy_rows_multi(int64_t d, const float* w, size_t w_stride, int n_q, const float* v, size_t stride, int64_t n,
+                     float* out) {
+  axpy_rows_multi_t(d, w, w_stride, n_q, v, stride, n, out);
+}
+void axpy_rows_multi_f16(int64_t d, const float* w, size_t w_stride, int n_q, const uint16_t* v, size_t stride,
+                         int64_t n, float* out) {
+  axpy_rows_multi_t(d, w, w_stride, n_q, v, stride, n, out);
 }
 
 // exp(x) for x <= 0 (large negative flushes to 0).
@@ -186,7 +209,8 @@ void swiglu(float* g, const float* u, int64_t n) {
 }  // namespace
 
 void fill_rows_avx512_kernels(KernelTable& t) {
-  t.rows = {dot_rows, axpy_rows, exp_sum, swiglu, dot_rows_multi, axpy_rows_multi};
+  t.rows = {dot_rows, axpy_rows, exp_sum, swiglu, dot_rows_multi, axpy_rows_multi, dot_rows_multi_f16,
+            axpy_rows_multi_f16};
 }
 
 }  // namespace spool::detail

@@ -27,10 +27,10 @@ class SimpleKvCache final : public KvCache {
                   std::to_string(n_ctx_) + " (raise -c)");
     Seq& s = seqs_[seq];
     if (!s.k) {
-      s.k_floats = (size_t)shape_.n_layer * n_ctx_ * shape_.k_row();
-      s.v_floats = (size_t)shape_.n_layer * n_ctx_ * shape_.v_row();
-      s.k = make_huge_array<float>(s.k_floats);
-      if (s.v_floats > 0) s.v = make_huge_array<float>(s.v_floats);
+      s.k_bytes = (size_t)shape_.n_layer * n_ctx_ * shape_.k_row() * shape_.elem_bytes();
+      s.v_bytes = (size_t)shape_.n_layer * n_ctx_ * shape_.v_row() * shape_.elem_bytes();
+      s.k = make_huge_array<uint8_t>(s.k_bytes);
+      if (s.v_bytes > 0) s.v = make_huge_array<uint8_t>(s.v_bytes);
     }
   }
 
@@ -41,8 +41,9 @@ class SimpleKvCache final : public KvCache {
     v.block_size = n_ctx_;
     v.k_row = shape_.k_row();
     v.v_row = shape_.v_row();
-    v.k_blocks.push_back(s.k.get() + (size_t)layer * n_ctx_ * v.k_row);
-    v.v_blocks.push_back(s.v ? s.v.get() + (size_t)layer * n_ctx_ * v.v_row : nullptr);
+    v.elem_bytes = shape_.elem_bytes();
+    v.k_blocks.push_back(s.k.get() + (size_t)layer * n_ctx_ * v.k_row * v.elem_bytes);
+    v.v_blocks.push_back(s.v ? s.v.get() + (size_t)layer * n_ctx_ * v.v_row * v.elem_bytes : nullptr);
     return v;
   }
 
@@ -52,14 +53,14 @@ class SimpleKvCache final : public KvCache {
 
   uint64_t bytes_allocated() const override {
     uint64_t n = 0;
-    for (const Seq& s : seqs_) n += (s.k_floats + s.v_floats) * sizeof(float);
+    for (const Seq& s : seqs_) n += s.k_bytes + s.v_bytes;
     return n;
   }
 
  private:
   struct Seq {
-    HugeArray<float> k, v;
-    size_t k_floats = 0, v_floats = 0;
+    HugeArray<uint8_t> k, v;
+    size_t k_bytes = 0, v_bytes = 0;
   };
   KvShape shape_;
   int n_ctx_;

@@ -1,7 +1,8 @@
 // KV cache interface. Attention reads a sequence's keys and values through a
 // block table (KvSeqView): the simple cache here gives each sequence one block
 // of n_ctx positions; the paged cache (serving) gives many fixed-size blocks
-// shared between sequences. K/V rows are [n_head_kv * head_dim] floats. MLA
+// shared between sequences. K/V rows are [n_head_kv * head_dim] elements, F32
+// or F16 (KvShape::type; F16 halves the cache and the bytes attention reads). MLA
 // models store one row [kv_lora_rank + rope dims] per token (n_head_kv 1, the
 // compressed latent then the rope key) and no V row (head_dim_v 0).
 #pragma once
@@ -10,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace spool {
 
 struct KvShape {
@@ -17,16 +20,25 @@ struct KvShape {
   int n_head_kv = 0;
   int head_dim_k = 0;
   int head_dim_v = 0;
+  DType type = DType::F32;  // element type of the cached rows: F32 or F16
   int k_row() const { return n_head_kv * head_dim_k; }
   int v_row() const { return n_head_kv * head_dim_v; }
+  size_t elem_bytes() const { return type == DType::F16 ? 2 : 4; }
 };
 
+// Block table of one sequence and layer. Rows are k_row / v_row elements of
+// `elem_bytes` each; k()/v() give F32 rows, k16()/v16() F16 rows (IEEE half).
 struct KvSeqView {
   int block_size = 0;
   int k_row = 0, v_row = 0;
-  std::vector<float*> k_blocks, v_blocks;
-  float* k(int pos) const { return k_blocks[pos / block_size] + (size_t)(pos % block_size) * k_row; }
-  float* v(int pos) const { return v_blocks[pos / block_size] + (size_t)(pos % block_size) * v_row; }
+  size_t elem_bytes = sizeof(float);
+  std::vector<uint8_t*> k_blocks, v_blocks;
+  uint8_t* k_bytes(int pos) const { return k_blocks[pos / block_size] + (size_t)(pos % block_size) * k_row * elem_bytes; }
+  uint8_t* v_bytes(int pos) const { return v_blocks[pos / block_size] + (size_t)(pos % block_size) * v_row * elem_bytes; }
+  float* k(int pos) const { return reinterpret_cast<float*>(k_bytes(pos)); }
+  float* v(int pos) const { return reinterpret_cast<float*>(v_bytes(pos)); }
+  uint16_t* k16(int pos) const { return reinterpret_cast<uint16_t*>(k_bytes(pos)); }
+  uint16_t* v16(int pos) const { return reinterpret_cast<uint16_t*>(v_bytes(pos)); }
 };
 
 class KvCache {

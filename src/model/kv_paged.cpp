@@ -10,7 +10,7 @@
 namespace spool {
 
 uint64_t PagedKvCache::block_bytes(const KvShape& s, int block_size) {
-  return (uint64_t)s.n_layer * block_size * (s.k_row() + s.v_row()) * sizeof(float);
+  return (uint64_t)s.n_layer * block_size * (s.k_row() + s.v_row()) * s.elem_bytes();
 }
 
 PagedKvCache::PagedKvCache(const KvShape& shape, int block_size, int n_blocks, int n_ctx, int max_seqs)
@@ -19,8 +19,8 @@ PagedKvCache::PagedKvCache(const KvShape& shape, int block_size, int n_blocks, i
     throw Error("paged KV cache: block size, block count, context and sequence count must be positive (got " +
                 std::to_string(block_size) + ", " + std::to_string(n_blocks) + ", " + std::to_string(n_ctx) + ", " +
                 std::to_string(max_seqs) + ")");
-  k_ = make_huge_array<float>((size_t)n_blocks * shape.n_layer * block_size * shape.k_row());
-  if (shape.v_row() > 0) v_ = make_huge_array<float>((size_t)n_blocks * shape.n_layer * block_size * shape.v_row());
+  k_ = make_huge_array<uint8_t>((size_t)n_blocks * shape.n_layer * k_block_layer_bytes());
+  if (shape.v_row() > 0) v_ = make_huge_array<uint8_t>((size_t)n_blocks * shape.n_layer * v_block_layer_bytes());
   ref_.assign(n_blocks, 0);
   cached_.assign(n_blocks, 0);
   in_lru_.assign(n_blocks, 0);
@@ -119,9 +119,9 @@ bool PagedKvCache::prepare_write(int seq, int begin, int end) {
     const int copy = alloc();
     SPOOL_CHECK(copy >= 0);
     for (int l = 0; l < shape_.n_layer; ++l) {
-      std::memcpy(k_base(copy, l), k_base(t[i], l), (size_t)block_size_ * shape_.k_row() * sizeof(float));
+      std::memcpy(k_base(copy, l), k_base(t[i], l), k_block_layer_bytes());
       if (shape_.v_row() > 0)
-        std::memcpy(v_base(copy, l), v_base(t[i], l), (size_t)block_size_ * shape_.v_row() * sizeof(float));
+        std::memcpy(v_base(copy, l), v_base(t[i], l), v_block_layer_bytes());
     }
     unref(t[i]);
     t[i] = copy;
@@ -151,6 +151,7 @@ KvSeqView PagedKvCache::view(int layer, int seq) {
   v.block_size = block_size_;
   v.k_row = shape_.k_row();
   v.v_row = shape_.v_row();
+  v.elem_bytes = shape_.elem_bytes();
   const std::vector<int>& t = tables_[seq];
   v.k_blocks.reserve(t.size());
   for (int b : t) v.k_blocks.push_back(k_base(b, layer));

@@ -72,15 +72,17 @@ class PagedKvCache final : public KvCache {
   void unref(int block);
 
  private:
-  float* k_base(int block, int layer) { return k_.get() + ((size_t)block * shape_.n_layer + layer) * block_size_ * shape_.k_row(); }
-  float* v_base(int block, int layer) { return v_.get() + ((size_t)block * shape_.n_layer + layer) * block_size_ * shape_.v_row(); }
+  size_t k_block_layer_bytes() const { return (size_t)block_size_ * shape_.k_row() * shape_.elem_bytes(); }
+  size_t v_block_layer_bytes() const { return (size_t)block_size_ * shape_.v_row() * shape_.elem_bytes(); }
+  uint8_t* k_base(int block, int layer) { return k_.get() + ((size_t)block * shape_.n_layer + layer) * k_block_layer_bytes(); }
+  uint8_t* v_base(int block, int layer) { return v_.get() + ((size_t)block * shape_.n_layer + layer) * v_block_layer_bytes(); }
   void check_seq(int seq) const;
   // Written only after a copy: held by another sequence, or indexed as a reusable prefix.
   bool shared(int block) const { return ref_[block] > 1 || cached_[block]; }
 
   KvShape shape_;
   int block_size_, n_blocks_, n_ctx_;
-  HugeArray<float> k_, v_;  // uninitialised, on huge pages: pages are touched only when used
+  HugeArray<uint8_t> k_, v_;  // uninitialised, on huge pages: pages are touched only when used
   std::vector<int> ref_;
   std::vector<uint8_t> cached_;
   std::vector<int> free_;

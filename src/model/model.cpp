@@ -26,7 +26,9 @@ namespace spool {
 Model::Model(ModelParts parts) : parts_(std::move(parts)) {}
 Model::~Model() = default;
 
-KvShape kv_shape_of(const ModelConfig& c) {
+KvShape kv_shape_of(const ModelConfig& c, DType kv_type) {
+  if (kv_type != DType::F32 && kv_type != DType::F16)
+    throw Error(std::string("KV cache type must be f32 or f16, not ") + dtype_name(kv_type));
   KvShape s;
   s.n_layer = c.n_layer;
   if (c.mla.enabled()) {  // one "head": the latent and the shared rope key; the latent is the value too
@@ -38,10 +40,11 @@ KvShape kv_shape_of(const ModelConfig& c) {
   s.n_head_kv = c.n_head_kv;
   s.head_dim_k = c.head_dim_k;
   s.head_dim_v = c.head_dim_v;
+  s.type = kv_type;
   return s;
 }
 
-KvShape Model::kv_shape() const { return kv_shape_of(config_); }
+KvShape Model::kv_shape() const { return kv_shape_of(config_, parts_.options.kv_type); }
 
 static std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -101,6 +104,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     for (const auto& a : supported_archs()) list += (list.empty() ? "" : ", ") + a;
     throw Error("'" + path + "': unsupported architecture '" + arch + "' (supported: " + list + ")");
   }
+  if (options.kv_type != DType::F32 && options.kv_type != DType::F16)
+    throw Error(std::string("KV cache type must be f32 or f16, not ") + dtype_name(options.kv_type));
   parts.tokenizer = load_tokenizer(parts.file);
   int n_threads = options.n_threads > 0 ? options.n_threads : (int)std::thread::hardware_concurrency();
   parts.pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
@@ -147,7 +152,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   } else if (mode == WeightMode::Streaming) {
     const ModelConfig& c = model->config();
     const int n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
-    const uint64_t kv = kv_bytes_estimate(c, n_ctx) * (uint64_t)std::max(1, options.n_seq), scratch = scratch_bytes_estimate(c, n_ctx, options.n_batch);
+    const uint64_t kv = kv_bytes_estimate(c, n_ctx, options.kv_type) * (uint64_t)std::max(1, options.n_seq), scratch = scratch_bytes_estimate(c, n_ctx, options.n_batch);
     auto& store = static_cast<StreamingStore&>(model->weights());
     store.set_min_expert_slots(min_slots);
     if (kv + scratch >= budget)
@@ -177,9 +182,9 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   return model;
 }
 
-uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx) {
-  const KvShape s = kv_shape_of(c);
-  return (uint64_t)(s.k_row() + s.v_row()) * s.n_layer * (uint64_t)n_ctx * sizeof(float);
+uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx, DType kv_type) {
+  const KvShape s = kv_shape_of(c, kv_type);
+  return (uint64_t)(s.k_row() + s.v_row()) * s.n_layer * (uint64_t)n_ctx * s.elem_bytes();
 }
 
 // Activations of one forward pass: the residual stream and its normed copy,

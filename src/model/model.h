@@ -44,11 +44,14 @@ struct LoadOptions {
   uint64_t weight_budget = 0;  // >0: streaming with exactly this much for the weights (tests, experiments)
   // Matmul weights converted at load into this type, in memory (weights/convert.h).
   std::optional<DType> convert = std::nullopt;
+  // KV cache element type: F32, or F16 (half the memory and attention reads;
+  // MLA's latent cache stays F32).
+  DType kv_type = DType::F32;
 };
 
 // Bytes of KV cache and activation scratch a model reserves at n_ctx
 // positions and n_batch tokens per pass (what a memory budget must leave out).
-uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx);
+uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx, DType kv_type = DType::F32);
 uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch);
 // Memory this process may use: MemAvailable, capped by its cgroup's limit.
 uint64_t memory_available();
@@ -84,7 +87,8 @@ class Model {
 };
 
 // The KV cache rows a model of this configuration stores per token and layer.
-KvShape kv_shape_of(const ModelConfig& c);
+// The cache shape of c's attention with `kv_type` elements (MLA: always F32).
+KvShape kv_shape_of(const ModelConfig& c, DType kv_type = DType::F32);
 
 // `path` is a GGUF file (or the first of a split GGUF), or a Hugging Face
 // checkpoint directory (or its config.json).

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/dtype.h"
 #include "core/kernels.h"
 #include "core/thread_pool.h"
 
@@ -94,6 +95,12 @@ void kv_store(KvCache& kv, int layer, const Batch& batch, const float* k, const 
   for (int t = 0; t < batch.size(); ++t) {
     auto it = views.find(batch.seq[t]);
     if (it == views.end()) it = views.emplace(batch.seq[t], kv.view(layer, batch.seq[t])).first;
+    if (s.type == DType::F16) {
+      const QuantizeRowFn to_f16 = kernels()[DType::F16].quantize;
+      to_f16(k + (size_t)t * s.k_row(), it->second.k16(batch.pos[t]), s.k_row());
+      if (s.v_row() > 0) to_f16(v + (size_t)t * s.v_row(), it->second.v16(batch.pos[t]), s.v_row());
+      continue;
+    }
     std::memcpy(it->second.k(batch.pos[t]), k + (size_t)t * s.k_row(), s.k_row() * sizeof(float));
     if (s.v_row() > 0)  // MLA caches no V row
       std::memcpy(it->second.v(batch.pos[t]), v + (size_t)t * s.v_row(), s.v_row() * sizeof(float));
@@ -121,6 +128,7 @@ void attention(ThreadPool& pool, const ModelConfig& cfg, KvCache& kv, int layer,
   // Per task: scores over the cached positions (contiguous runs inside cache
   // blocks), softmax per head, then the weighted sums of values.
   const RowKernels& rk = kernels().rows;
+  const bool f16 = kv.shape().type == DType::F16;
   pool.run((int64_t)n_tokens * cfg.n_head_kv * chunks_per_kv, [&](int64_t task, int thread) {
     const int t = (int)(task / ((int64_t)cfg.n_head_kv * chunks_per_kv));
     const int rest = (int)(task % ((int64_t)cfg.n_head_kv * chunks_per_kv));
@@ -134,7 +142,10 @@ void attention(ThreadPool& pool, const ModelConfig& cfg, KvCache& kv, int layer,
     float* s = scores[thread].data();
     for (int p0 = 0, run; p0 < n_pos; p0 += run) {
       run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
-      rk.dot_rows_multi(hd_k, qsc, nh, view.k(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0, s_stride);
+      if (f16)
+        rk.dot_rows_multi_f16(hd_k, qsc, nh, view.k16(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0, s_stride);
+      else
+        rk.dot_rows_multi(hd_k, qsc, nh, view.k(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0, s_stride);
     }
     float inv[kHeadsPerTask];
     for (int h = 0; h < nh; ++h) {
@@ -145,7 +156,10 @@ void attention(ThreadPool& pool, const ModelConfig& cfg, KvCache& kv, int layer,
     std::fill(o, o + (size_t)nh * hd_v, 0.0f);
     for (int p0 = 0, run; p0 < n_pos; p0 += run) {
       run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
-      rk.axpy_rows_multi(hd_v, s + p0, s_stride, nh, view.v(p0) + (size_t)hk * hd_v, view.v_row, run, o);
+      if (f16)
+        rk.axpy_rows_multi_f16(hd_v, s + p0, s_stride, nh, view.v16(p0) + (size_t)hk * hd_v, view.v_row, run, o);
+      else
+        rk.axpy_rows_multi(hd_v, s + p0, s_stride, nh, view.v(p0) + (size_t)hk * hd_v, view.v_row, run, o);
     }
     for (int h = 0; h < nh; ++h)
       for (int i = 0; i < hd_v; ++i) o[h * hd_v + i] *= inv[h];
