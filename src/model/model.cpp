@@ -147,18 +147,19 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   } else if (mode == WeightMode::Streaming) {
     const ModelConfig& c = model->config();
     const int n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
-    if (options.n_batch <= 0) {  // the most tokens per pass whose scratch takes 1/16 of the budget
-      const uint64_t base = scratch_bytes_estimate(c, n_ctx, 1, options.mla_form);
-      int n = 1;
-      while (n < std::min(n_ctx, 512) &&
-             scratch_bytes_estimate(c, n_ctx, n + 1, options.mla_form) - base <= budget / 16)
-        ++n;
-      model->parts_.options.n_batch = n;
-    }
-    const uint64_t kv = kv_bytes_estimate(c, n_ctx) * (uint64_t)std::max(1, options.n_seq),
-                   scratch = scratch_bytes_estimate(c, n_ctx, model->n_batch(), options.mla_form);
     auto& store = static_cast<StreamingStore&>(model->weights());
     store.set_min_expert_slots(min_slots);
+    const uint64_t kv = kv_bytes_estimate(c, n_ctx) * (uint64_t)std::max(1, options.n_seq);
+    if (options.n_batch <= 0) {
+      // The most tokens per pass whose scratch takes at most 1/16 of the budget
+      // and still leaves the weights' minimum.
+      const uint64_t base = scratch_bytes_estimate(c, n_ctx, 1, options.mla_form), need = kv + base + store.minimum_budget();
+      const uint64_t room = std::min(budget / 16, budget > need ? budget - need : 0);
+      int n = 1;
+      while (n < std::min(n_ctx, 512) && scratch_bytes_estimate(c, n_ctx, n + 1, options.mla_form) - base <= room) ++n;
+      model->parts_.options.n_batch = n;
+    }
+    const uint64_t scratch = scratch_bytes_estimate(c, n_ctx, model->n_batch(), options.mla_form);
     if (kv + scratch >= budget)
       throw Error("memory budget " + std::to_string(budget >> 20) + " MiB cannot hold the KV cache (" +
                   std::to_string(kv >> 20) + " MiB at " + std::to_string(n_ctx) + " positions) and scratch (" +
