@@ -2,8 +2,10 @@
 # Serving throughput, spool serve vs llama.cpp's llama-server, side by side
 # in one run (GUIDE.md section 5): each server in turn (alternating order per
 # round) on the same model and port range, at concurrency 1, 2, 4, 8, with
-# bench/serve_load.mjs firing N concurrent completions of MAX_TOKENS tokens
-# (ignore_eos, greedy). Aggregate tok/s = completion tokens / wall time.
+# bench/serve_load.mjs firing N concurrent streamed completions of MAX_TOKENS
+# tokens (ignore_eos, greedy). Decode tok/s = sum over the requests of their
+# decode rate (tokens after the first / time from first to last token);
+# end-to-end tok/s = completion tokens / wall time (prefill included).
 # Prints a markdown table of medians over the rounds (for docs/BENCHMARKS.md,
 # section "Serving vs llama-server") and keeps raw results in the run dir.
 #
@@ -86,14 +88,18 @@ cut -d' ' -f1-3 /proc/loadavg >"$RUN/load-end.txt" 2>/dev/null || true
 python3 - "$RUN" "$CONCURRENCY" <<'PY'
 import json, statistics, sys
 run, conc = sys.argv[1], [int(c) for c in sys.argv[2].split()]
-def med(name):
+def med(name, key):
     rows = [json.loads(l) for l in open(f"{run}/{name}.jsonl")]
-    return {c: statistics.median(r["tok_per_s"] for r in rows if r["concurrency"] == c) for c in conc}
-s, l = med("spool"), med("llama")
-print("| concurrency | spool serve tok/s | llama-server tok/s | spool / llama-server | spool vs its concurrency 1 |")
-print("|---:|---:|---:|---:|---:|")
+    return {c: statistics.median(r[key] for r in rows if r["concurrency"] == c) for c in conc}
+sd, ld = med("spool", "decode_tok_per_s"), med("llama", "decode_tok_per_s")
+se, le = med("spool", "tok_per_s"), med("llama", "tok_per_s")
+st, lt = med("spool", "ttft_s"), med("llama", "ttft_s")
+print("| concurrency | spool decode tok/s | llama-server decode tok/s | spool / llama-server | spool vs its concurrency 1 "
+      "| end-to-end tok/s spool / llama-server | median TTFT s spool / llama-server |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
 for c in conc:
-    print(f"| {c} | {s[c]:.1f} | {l[c]:.1f} | {s[c] / l[c]:.2f}x | {s[c] / s[conc[0]]:.2f}x |")
+    print(f"| {c} | {sd[c]:.1f} | {ld[c]:.1f} | {sd[c] / ld[c]:.2f}x | {sd[c] / sd[conc[0]]:.2f}x "
+          f"| {se[c]:.1f} / {le[c]:.1f} | {st[c]:.2f} / {lt[c]:.2f} |")
 print(f"\nraw results: {run} (load average at start {open(run + '/load-start.txt').read().strip()}, "
       f"end {open(run + '/load-end.txt').read().strip()})")
 PY

@@ -54,6 +54,7 @@ struct LegacyPacked {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = wg + b * kBlockBytes;
+      if constexpr (C >= kPrefetchMinTokens) prefetch_weights<(kBlockBytes + 63) / 64>(blk);
       const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)blk));
       __m512i w[8];
       if constexpr (kNibbles) {

@@ -164,8 +164,12 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
   const DTypeTraits& tr = dtype_traits(w.type);
   SPOOL_CHECK(w.n_cols % tr.block_size == 0);
   if (n_tokens <= 0 || w.n_rows <= 0) return;
-  if (n_tokens == 1 && tl_batch_invariant) {
+  const KernelTable& k = kernels();
+  const bool packed = w.packed && k[w.type].packed.rows > 0;
+  if (n_tokens == 1 && tl_batch_invariant && !packed) {
     // Two copies of the row take the batched kernels; keep the first result.
+    // (The packed kernels need no such detour: a tile computes each of its
+    // rows with the same instructions in the same order whatever its width.)
     thread_local std::vector<float> x2, y2;
     x2.resize(2 * w.n_cols);
     y2.resize(2 * w.n_rows);
@@ -177,14 +181,13 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
     std::copy(y2.begin(), y2.begin() + w.n_rows, y);
     return;
   }
-  const KernelTable& k = kernels();
   if (w.block_scale) {
     matmul_scaled(pool, k, w, x, n_tokens, y);
     return;
   }
   if (!k[w.type].gemm_tile)
     throw Error(std::string("matmul: weights of type ") + dtype_name(w.type) + " need their block scales");
-  if (w.packed && k[w.type].packed.rows > 0) {
+  if (packed) {
     matmul_packed(pool, k[w.type].packed, w, x, n_tokens, y, scratch);
     return;
   }

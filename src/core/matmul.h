@@ -51,7 +51,8 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
 // Batch-invariant mode, per calling thread (the serving engine turns it on):
 // a single activation row goes through the same tile kernels as a row inside
 // a batch (it is run as a batch of two copies), instead of the per-row decode
-// kernels whose summation order differs. Every row's result then depends only
+// kernels whose summation order differs. Packed weights need no detour: their
+// tiles compute every row the same way whatever the tile's width. Every row's result then depends only
 // on that row, never on what was batched with it.
 void set_matmul_batch_invariant(bool on);
 bool matmul_batch_invariant();
