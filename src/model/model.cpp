@@ -91,6 +91,15 @@ gguf::File open_model_file(const std::string& path) {
   return f;
 }
 
+// This process's resident memory now (VmRSS), 0 when unknown.
+static uint64_t process_rss() {
+  std::ifstream st("/proc/self/status");
+  std::string line;
+  while (std::getline(st, line))
+    if (line.starts_with("VmRSS:")) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
   ModelParts parts;
   parts.file = open_model_file(path);
@@ -150,16 +159,22 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     auto& store = static_cast<StreamingStore&>(model->weights());
     store.set_min_expert_slots(min_slots);
     const uint64_t kv = kv_bytes_estimate(c, n_ctx) * (uint64_t)std::max(1, options.n_seq);
+    // The fixed allowance covers the process as measured on the Kimi-shaped file (~16 MiB resident before the
+    // weights, ~13 MiB more that the cgroup charges for page cache and the kernel); a process already larger
+    // (a big tokenizer, weights read while building the model) reserves what it holds now.
+    const uint64_t held = process_rss() + (16ull << 20);
+    const uint64_t held_extra = held > kScratchFixedBytes ? held - kScratchFixedBytes : 0;
     if (options.n_batch <= 0) {
       // The most tokens per pass whose scratch takes at most 1/16 of the budget
       // and still leaves the weights' minimum.
-      const uint64_t base = scratch_bytes_estimate(c, n_ctx, 1, options.mla_form), need = kv + base + store.minimum_budget();
+      const uint64_t base = scratch_bytes_estimate(c, n_ctx, 1, options.mla_form),
+                     need = kv + base + held_extra + store.minimum_budget();
       const uint64_t room = std::min(budget / 16, budget > need ? budget - need : 0);
       int n = 1;
       while (n < std::min(n_ctx, 512) && scratch_bytes_estimate(c, n_ctx, n + 1, options.mla_form) - base <= room) ++n;
       model->parts_.options.n_batch = n;
     }
-    const uint64_t scratch = scratch_bytes_estimate(c, n_ctx, model->n_batch(), options.mla_form);
+    const uint64_t scratch = scratch_bytes_estimate(c, n_ctx, model->n_batch(), options.mla_form) + held_extra;
     if (kv + scratch >= budget)
       throw Error("memory budget " + std::to_string(budget >> 20) + " MiB cannot hold the KV cache (" +
                   std::to_string(kv >> 20) + " MiB at " + std::to_string(n_ctx) + " positions) and scratch (" +
