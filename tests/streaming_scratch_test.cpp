@@ -11,6 +11,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -66,6 +67,8 @@ TEST_P(ScratchFixture, EstimateCoversWhatAPrefillAllocates) {
   const uint64_t grown = heap_in_use() - before;
   const uint64_t est = scratch_bytes_estimate(m->config(), n_ctx, n) - kScratchFixedBytes +
                        kv_bytes_estimate(m->config(), n_ctx);
+  std::printf("[ scratch  ] %s: %d tokens grew the heap %.3f MiB, estimate (KV + scratch - fixed) %.3f MiB\n",
+              GetParam(), n, grown / 1048576.0, est / 1048576.0);
   EXPECT_LE(grown, est) << GetParam();
   EXPECT_GE(grown * 4, est) << GetParam() << ": the estimate is far above what is used";
 }
