@@ -73,6 +73,22 @@ TEST_P(ScratchFixture, EstimateCoversWhatAPrefillAllocates) {
   EXPECT_GE(grown * 4, est) << GetParam() << ": the estimate is far above what is used";
 }
 
+// `run` keeps one logits row (LoadOptions::n_logits = 1): a fresh model's prefill
+// without all logits fits that estimate, which is smaller by the other rows.
+TEST_P(ScratchFixture, OneLogitsRowEstimateCoversAPlainPrefill) {
+  auto m = load_model(kGguf + GetParam(), LoadOptions{2});
+  const int n_ctx = 160, n = 150;
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(scratch_bytes_estimate(c, n_ctx, n) - scratch_bytes_estimate(c, n_ctx, n, MlaForm::Auto, 1),
+            (uint64_t)(n - 1) * c.n_vocab * sizeof(float));
+  Session s(*m, n_ctx, n);
+  const uint64_t before = heap_in_use();
+  s.feed(long_prompt(*m, n));
+  const uint64_t grown = heap_in_use() - before;
+  EXPECT_LE(grown, scratch_bytes_estimate(c, n_ctx, n, MlaForm::Auto, 1) - kScratchFixedBytes + kv_bytes_estimate(c, n_ctx))
+      << GetParam();
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ScratchFixture,
                          ::testing::Values("deepseek3-tiny.f32.gguf", "deepseek3-tiny.q8_0.gguf",
                                            "mixtral-tiny.f32.gguf", "qwen2-tiny.f32.gguf"));

@@ -167,14 +167,14 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     if (options.n_batch <= 0) {
       // The most tokens per pass whose scratch takes at most 1/16 of the budget
       // and still leaves the weights' minimum.
-      const uint64_t base = scratch_bytes_estimate(c, n_ctx, 1, options.mla_form),
+      const uint64_t base = scratch_bytes_estimate(c, n_ctx, 1, options.mla_form, options.n_logits),
                      need = kv + base + held_extra + store.minimum_budget();
       const uint64_t room = std::min(budget / 16, budget > need ? budget - need : 0);
       int n = 1;
-      while (n < std::min(n_ctx, 512) && scratch_bytes_estimate(c, n_ctx, n + 1, options.mla_form) - base <= room) ++n;
+      while (n < std::min(n_ctx, 512) && scratch_bytes_estimate(c, n_ctx, n + 1, options.mla_form, options.n_logits) - base <= room) ++n;
       model->parts_.options.n_batch = n;
     }
-    const uint64_t scratch = scratch_bytes_estimate(c, n_ctx, model->n_batch(), options.mla_form) + held_extra;
+    const uint64_t scratch = scratch_bytes_estimate(c, n_ctx, model->n_batch(), options.mla_form, options.n_logits) + held_extra;
     if (kv + scratch >= budget)
       throw Error("memory budget " + std::to_string(budget >> 20) + " MiB cannot hold the KV cache (" +
                   std::to_string(kv >> 20) + " MiB at " + std::to_string(n_ctx) + " positions) and scratch (" +
@@ -212,7 +212,7 @@ uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx) {
 // Activations of one forward pass of n = min(n_batch, n_ctx) tokens, buffer by
 // buffer as the forward code grows them (one set per model, shared by its
 // layers): the residual stream, its normed copy and the block output; a logits
-// row; attention (llama family: q, k, v, output; MLA: q, q-LoRA latent, cache
+// row per batch token (or the n_logits rows the caller keeps); attention (llama family: q, k, v, output; MLA: q, q-LoRA latent, cache
 // row, rope part, output per token, the absorbed form's latent queries and
 // outputs for kMlaTokenChunk tokens, the plain form's decompressed keys and
 // values over the context); the dense FFN's gate/up (MLA models: for
@@ -220,10 +220,11 @@ uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx) {
 // conversions (at most 2 bytes an element, one buffer per block kind). Plus
 // kScratchFixedBytes for the process itself (code, libraries, thread stacks,
 // tokenizer: ~8 MiB measured) and per-thread attention scores.
-uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch, MlaForm form) {
+uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch, MlaForm form, int n_logits) {
   const uint64_t n = (uint64_t)std::max(1, std::min(n_batch, n_ctx)), E = c.n_embd, H = c.n_head;
-  uint64_t per_token = 3 * E + c.n_vocab;     // floats: x, xn, out; logits
-  uint64_t fixed = 0;                         // floats that do not grow past a chunk
+  uint64_t per_token = 3 * E;                 // floats: x, xn, out
+  uint64_t fixed = (uint64_t)n_logits * c.n_vocab;  // floats that do not grow past a chunk: the logits kept
+  if (n_logits <= 0) per_token += c.n_vocab;        // or a row per batch token
   uint64_t mm = 2 * std::max<uint64_t>(E, c.n_ff);  // bytes per token: the model's own matmul conversions
   if (c.mla.enabled()) {
     const uint64_t L = c.mla.kv_lora_rank, r = c.rope.n_dims, dk = c.mla.head_dim_k, dv = c.mla.head_dim_v,

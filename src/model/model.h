@@ -37,6 +37,7 @@ struct LoadOptions {
   int n_ctx = 0;          // KV positions the budget reserves (0: the model's, at most 4096)
   int n_batch = 512;      // tokens per forward pass, for the scratch estimate (0: chosen, see Model::n_batch)
   int n_seq = 1;          // sequences whose full-context KV the budget reserves (serve: --parallel)
+  int n_logits = 0;       // logits rows the caller keeps, for the scratch estimate (0: one per batch token)
   std::string cache_policy = "lru";
   bool speculate = true;  // streaming: guess the next layer's experts
   bool pack_streaming = true;  // streaming: repack resident matmul weights (off: exactly the unpacked kernels)
@@ -49,7 +50,8 @@ struct LoadOptions {
 // Bytes of KV cache and activation scratch a model reserves at n_ctx
 // positions and n_batch tokens per pass (what a memory budget must leave out).
 uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx);
-uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch, MlaForm form = MlaForm::Auto);
+uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch, MlaForm form = MlaForm::Auto,
+                                int n_logits = 0);
 // The part of scratch_bytes_estimate that does not grow with the batch (process, libraries, stacks).
 constexpr uint64_t kScratchFixedBytes = 40ull << 20;
 // Memory this process may use: MemAvailable, capped by its cgroup's limit.

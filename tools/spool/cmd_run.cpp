@@ -71,7 +71,7 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, const Model& model) {
 
 void run(const RunOptions& o) {
   const double t_load = now_seconds();
-  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch);
+  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch, 1, 1);  // one logits row
   const ModelConfig& cfg = model->config();
   const Tokenizer& tok = model->tokenizer();
   const int n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
@@ -99,7 +99,7 @@ void run(const RunOptions& o) {
     std::fprintf(stderr, "spool: debug: prompt pass (%zu tokens, %d per pass) grew the heap by %.1f MiB "
                  "(KV %.1f MiB; scratch estimate %.1f MiB of which %.1f fixed)\n", prompt.size(), model->n_batch(),
                  (heap_in_use() - heap0) / 1048576.0, kv_bytes_estimate(cfg, n_ctx) / 1048576.0,
-                 scratch_bytes_estimate(cfg, n_ctx, model->n_batch()) / 1048576.0, kScratchFixedBytes / 1048576.0);
+                 scratch_bytes_estimate(cfg, n_ctx, model->n_batch(), MlaForm::Auto, 1) / 1048576.0, kScratchFixedBytes / 1048576.0);
   const double t_prompt = now_seconds() - t0;
   std::vector<int32_t> generated;
   const double t1 = now_seconds();
