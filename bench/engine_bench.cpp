@@ -2,7 +2,7 @@
 // concurrencies. For each concurrency C it submits C greedy requests with
 // distinct prompts at once and measures decode tokens per second over the
 // window in which all C are decoding (after the last first token, until the
-// last finish). Usage:
+// first finish). Usage:
 //   spool_engine_bench -m MODEL [-t THREADS] [-n TOKENS] [-p PROMPT_TOKENS] [-c 1,2,4,8]
 #include <chrono>
 #include <condition_variable>
@@ -24,40 +24,47 @@ namespace {
 struct Run {
   std::mutex mu;
   std::condition_variable cv;
-  int finished = 0, first_tokens = 0;
-  Clock::time_point all_started;
+  int finished = 0, started = 0;
+  std::vector<bool> has_token;
+  Clock::time_point all_started, first_finish;
   std::vector<Clock::time_point> token_times;
 };
 
 double measure(Engine& engine, int n_vocab, int concurrency, int n_tokens, int prompt_tokens) {
   Run run;
+  run.has_token.assign(concurrency, false);
   for (int i = 0; i < concurrency; ++i) {
     RequestParams p;
     for (int j = 0; j < prompt_tokens; ++j) p.prompt.push_back((int32_t)(1 + (97 * i + 31 * j + i * j) % (n_vocab - 2)));
     p.max_tokens = n_tokens;
     p.sampling.temperature = 0;
     p.ignore_eos = true;
-    engine.submit(p, [&run, concurrency](const RequestEvent& ev) {
+    engine.submit(p, [&run, concurrency, i](const RequestEvent& ev) {
       std::lock_guard<std::mutex> lock(run.mu);
       const Clock::time_point now = Clock::now();
       for (size_t k = 0; k < ev.tokens.size(); ++k) run.token_times.push_back(now);
-      if (!ev.finished && ev.tokens.size() > 0 && ++run.first_tokens == concurrency) run.all_started = now;
+      if (!ev.tokens.empty() && !run.has_token[i]) {
+        run.has_token[i] = true;
+        if (++run.started == concurrency) run.all_started = now;
+      }
       if (ev.finished) {
-        ++run.finished;
+        if (run.finished++ == 0) run.first_finish = now;
         run.cv.notify_all();
       }
     });
   }
   std::unique_lock<std::mutex> lock(run.mu);
   run.cv.wait(lock, [&] { return run.finished == concurrency; });
-  // Tokens after every request had started decoding, over that window.
-  Clock::time_point end = run.all_started;
+  // The window in which all requests were decoding: from the last first
+  // token to the first finish. Tokens inside it, over its length.
+  if (run.started < concurrency || run.first_finish <= run.all_started) {
+    std::fprintf(stderr, "concurrency %d: the requests never all decoded at once (raise -n)\n", concurrency);
+    return 0;
+  }
+  const Clock::time_point end = run.first_finish;
   int n = 0;
   for (const auto& t : run.token_times)
-    if (t > run.all_started) {
-      ++n;
-      if (t > end) end = t;
-    }
+    if (t > run.all_started && t <= end) ++n;
   const double secs = std::chrono::duration<double>(end - run.all_started).count();
   return secs > 0 ? n / secs : 0;
 }

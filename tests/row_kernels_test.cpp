@@ -1,6 +1,7 @@
 // The attention row kernels (RowKernels in kernels.h) of every table against
 // the scalar reference: head sizes with and without a vector tail, strided
-// rows, exp over scores spanning many magnitudes, and SwiGLU.
+// rows, several query heads over the same rows, exp over scores spanning many
+// magnitudes, and SwiGLU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,6 +38,30 @@ TEST(RowKernels, MatchReference) {
         k.axpy_rows(d, w.data(), rows.data() + 4, stride, n, o1.data());
         ref.axpy_rows(d, w.data(), rows.data() + 4, stride, n, o2.data());
         for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(o1[i], o2[i], 1e-4 * std::sqrt((double)n)) << isa_name(isa);
+      }
+    }
+    // Several query heads against the same rows (GQA): every head's scores
+    // and outputs as the single-query reference gives them.
+    for (int64_t d : {64, 128, 80, 7}) {
+      for (int n_q : {1, 3, 4, 8}) {
+        const int64_t n = 21;
+        const size_t stride = d * 2 + 3, out_stride = n + 2;
+        const auto q = random_floats(d * n_q, 7, 1.0f), rows = random_floats(stride * n, 8, 1.0f);
+        const auto w = random_floats(out_stride * n_q, 9, 1.0f);
+        std::vector<float> got(out_stride * n_q, -1.0f);
+        k.dot_rows_multi(d, q.data(), n_q, rows.data() + 2, stride, n, got.data(), out_stride);
+        std::vector<float> o1(d * n_q, 0.25f);
+        k.axpy_rows_multi(d, w.data(), out_stride, n_q, rows.data() + 2, stride, n, o1.data());
+        for (int h = 0; h < n_q; ++h) {
+          std::vector<float> want(n), o2(d, 0.25f);
+          ref.dot_rows(d, q.data() + h * d, rows.data() + 2, stride, n, want.data());
+          for (int64_t p = 0; p < n; ++p)
+            ASSERT_NEAR(got[h * out_stride + p], want[p], 1e-4 * std::sqrt((double)d)) << isa_name(isa) << " head " << h;
+          EXPECT_EQ(got[h * out_stride + n], -1.0f) << "wrote past n";
+          ref.axpy_rows(d, w.data() + h * out_stride, rows.data() + 2, stride, n, o2.data());
+          for (int64_t i = 0; i < d; ++i)
+            ASSERT_NEAR(o1[h * d + i], o2[i], 1e-4 * std::sqrt((double)n)) << isa_name(isa) << " head " << h;
+        }
       }
     }
     for (int64_t n : {1, 16, 37}) {

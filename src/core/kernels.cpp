@@ -149,6 +149,8 @@ KernelTable* build_table(Isa isa) {
   if (!t->rows.axpy_rows) t->rows.axpy_rows = ref.rows.axpy_rows;
   if (!t->rows.exp_sum) t->rows.exp_sum = ref.rows.exp_sum;
   if (!t->rows.swiglu) t->rows.swiglu = ref.rows.swiglu;
+  if (!t->rows.dot_rows_multi) t->rows.dot_rows_multi = ref.rows.dot_rows_multi;
+  if (!t->rows.axpy_rows_multi) t->rows.axpy_rows_multi = ref.rows.axpy_rows_multi;
   return t;
 }
 

@@ -81,6 +81,15 @@ struct RowKernels {
   float (*exp_sum)(float* x, int64_t n, float max) = nullptr;
   // g[i] = silu(g[i]) * u[i] (the SwiGLU feed-forward's gate).
   void (*swiglu)(float* g, const float* u, int64_t n) = nullptr;
+  // Several queries against the same rows (the query heads sharing one KV
+  // head), each row read once: out[h * out_stride + p] = dot(q + h * d,
+  // k + p * stride) for h < n_q, p < n.
+  void (*dot_rows_multi)(int64_t d, const float* q, int n_q, const float* k, size_t stride, int64_t n, float* out,
+                         size_t out_stride) = nullptr;
+  // out[h * d + i] += sum over p < n of w[h * w_stride + p] * v[p * stride + i],
+  // for h < n_q, i < d.
+  void (*axpy_rows_multi)(int64_t d, const float* w, size_t w_stride, int n_q, const float* v, size_t stride,
+                          int64_t n, float* out) = nullptr;
 };
 
 struct KernelTable {

@@ -353,6 +353,16 @@ void axpy_rows(int64_t d, const float* w, const float* v, size_t stride, int64_t
     for (int64_t i = 0; i < d; ++i) out[i] += w[p] * v[p * stride + i];
 }
 
+void dot_rows_multi(int64_t d, const float* q, int n_q, const float* k, size_t stride, int64_t n, float* out,
+                    size_t out_stride) {
+  for (int h = 0; h < n_q; ++h) dot_rows(d, q + h * d, k, stride, n, out + h * out_stride);
+}
+
+void axpy_rows_multi(int64_t d, const float* w, size_t w_stride, int n_q, const float* v, size_t stride, int64_t n,
+                     float* out) {
+  for (int h = 0; h < n_q; ++h) axpy_rows(d, w + h * w_stride, v, stride, n, out + h * d);
+}
+
 float exp_sum(float* x, int64_t n, float max) {
   float sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - max));
@@ -366,7 +376,7 @@ void swiglu(float* g, const float* u, int64_t n) {
 }  // namespace
 
 void fill_ref_float_kernels(KernelTable& t) {
-  t.rows = {dot_rows, axpy_rows, exp_sum, swiglu};
+  t.rows = {dot_rows, axpy_rows, exp_sum, swiglu, dot_rows_multi, axpy_rows_multi};
   set(t, DType::F32, quantize_f32, dequantize_f32, vec_dot_f32);
   set(t, DType::F16, quantize_f16, dequantize_f16, vec_dot_f16);
   set(t, DType::BF16, quantize_bf16, dequantize_bf16, vec_dot_bf16);

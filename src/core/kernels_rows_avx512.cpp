@@ -1,12 +1,15 @@
 // AVX-512 row kernels for attention (RowKernels in kernels.h): dots of a
 // query with strided cached keys, weighted sums of strided cached values,
-// exp with a running sum for the softmax (range reduction to [-ln2/2,
-// ln2/2], a degree-6 polynomial, then vscalefps for the 2^n), and SwiGLU.
+// both also for several query heads sharing the rows (GQA), exp with a
+// running sum for the softmax (range reduction to [-ln2/2, ln2/2], a
+// degree-6 polynomial, then vscalefps for the 2^n), and SwiGLU.
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "core/kernels_impl.h"
+
+#define SPOOL_UNROLL _Pragma("GCC unroll 16")
 
 namespace spool::detail {
 namespace {
@@ -55,6 +58,89 @@ void axpy_rows(int64_t d, const float* w, const float* v, size_t stride, int64_t
   }
 }
 
+// Up to 4 queries per pass over the rows: each 16-float slice of a row is
+// loaded once and multiplied into every query's accumulator (the queries'
+// slices come from L1), so the rows, usually far from the core, are read
+// ceil(n_q / 4) times instead of n_q times.
+// Cached rows of a step's earlier tokens are rarely still in cache and are
+// strided (one row per position), which the hardware prefetcher follows
+// poorly: prefetch the row kRowsAhead positions on.
+constexpr int64_t kRowsAhead = 6;
+inline void prefetch_row(const float* r, int64_t d) {
+  for (int64_t i = 0; i < d; i += 16) _mm_prefetch(reinterpret_cast<const char*>(r + i), _MM_HINT_T0);
+}
+
+template <int H>
+void dot_rows_heads(int64_t d, const float* q, const float* k, size_t stride, int64_t n, float* out,
+                    size_t out_stride) {
+  for (int64_t p = 0; p < n; ++p) {
+    const float* kp = k + p * stride;
+    if (p + kRowsAhead < n) prefetch_row(kp + kRowsAhead * stride, d);
+    __m512 acc[H];
+    SPOOL_UNROLL for (int h = 0; h < H; ++h) acc[h] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; i += 16) {
+      const __mmask16 m = tail_mask(d - i);
+      const __m512 kv = _mm512_maskz_loadu_ps(m, kp + i);
+      SPOOL_UNROLL for (int h = 0; h < H; ++h) acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * d + i), kv, acc[h]);
+    }
+    SPOOL_UNROLL for (int h = 0; h < H; ++h) out[h * out_stride + p] = _mm512_reduce_add_ps(acc[h]);
+  }
+}
+
+void dot_rows_multi(int64_t d, const float* q, int n_q, const float* k, size_t stride, int64_t n, float* out,
+                    size_t out_stride) {
+  for (int h0 = 0; h0 < n_q; h0 += 4) {
+    const float* qh = q + h0 * d;
+    float* oh = out + h0 * out_stride;
+    switch (std::min(4, n_q - h0)) {
+      case 4: dot_rows_heads<4>(d, qh, k, stride, n, oh, out_stride); break;
+      case 3: dot_rows_heads<3>(d, qh, k, stride, n, oh, out_stride); break;
+      case 2: dot_rows_heads<2>(d, qh, k, stride, n, oh, out_stride); break;
+      default: dot_rows_heads<1>(d, qh, k, stride, n, oh, out_stride); break;
+    }
+  }
+}
+
+// Up to 4 outputs x 64 floats of accumulators in registers; each 64-float
+// slice of a value row is loaded once for all of them.
+template <int H>
+void axpy_rows_heads(int64_t d, const float* w, size_t w_stride, const float* v, size_t stride, int64_t n,
+                     float* out) {
+  for (int64_t i0 = 0; i0 < d; i0 += 64) {
+    __mmask16 m[4];
+    __m512 acc[H][4];
+    for (int c = 0; c < 4; ++c) m[c] = i0 + 16 * c < d ? tail_mask(d - i0 - 16 * c) : (__mmask16)0;
+    for (int h = 0; h < H; ++h)
+      for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_maskz_loadu_ps(m[c], out + h * d + i0 + 16 * c);
+    for (int64_t p = 0; p < n; ++p) {
+      const float* vp = v + p * stride + i0;
+      if (p + kRowsAhead < n) prefetch_row(vp + kRowsAhead * stride, std::min<int64_t>(64, d - i0));
+      __m512 vv[4];
+      SPOOL_UNROLL for (int c = 0; c < 4; ++c) vv[c] = _mm512_maskz_loadu_ps(m[c], vp + 16 * c);
+      SPOOL_UNROLL for (int h = 0; h < H; ++h) {
+        const __m512 wp = _mm512_set1_ps(w[h * w_stride + p]);
+        SPOOL_UNROLL for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_fmadd_ps(wp, vv[c], acc[h][c]);
+      }
+    }
+    for (int h = 0; h < H; ++h)
+      for (int c = 0; c < 4; ++c) _mm512_mask_storeu_ps(out + h * d + i0 + 16 * c, m[c], acc[h][c]);
+  }
+}
+
+void axpy_rows_multi(int64_t d, const float* w, size_t w_stride, int n_q, const float* v, size_t stride, int64_t n,
+                     float* out) {
+  for (int h0 = 0; h0 < n_q; h0 += 4) {
+    const float* wh = w + h0 * w_stride;
+    float* oh = out + h0 * d;
+    switch (std::min(4, n_q - h0)) {
+      case 4: axpy_rows_heads<4>(d, wh, w_stride, v, stride, n, oh); break;
+      case 3: axpy_rows_heads<3>(d, wh, w_stride, v, stride, n, oh); break;
+      case 2: axpy_rows_heads<2>(d, wh, w_stride, v, stride, n, oh); break;
+      default: axpy_rows_heads<1>(d, wh, w_stride, v, stride, n, oh); break;
+    }
+  }
+}
+
 // exp(x) for x <= 0 (large negative flushes to 0).
 inline __m512 exp_nonpositive(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
@@ -99,6 +185,8 @@ void swiglu(float* g, const float* u, int64_t n) {
 
 }  // namespace
 
-void fill_rows_avx512_kernels(KernelTable& t) { t.rows = {dot_rows, axpy_rows, exp_sum, swiglu}; }
+void fill_rows_avx512_kernels(KernelTable& t) {
+  t.rows = {dot_rows, axpy_rows, exp_sum, swiglu, dot_rows_multi, axpy_rows_multi};
+}
 
 }  // namespace spool::detail

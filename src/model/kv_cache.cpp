@@ -1,10 +1,12 @@
 // The simple per-sequence KV cache: each sequence owns [n_layer][n_ctx] rows
-// of K and of V, allocated lazily so unused sequence slots cost nothing.
+// of K and of V, allocated lazily so unused sequence slots cost nothing, on
+// huge pages and untouched until used (core/huge_alloc.h).
 #include "model/kv_cache.h"
 
 #include <string>
 
 #include "core/error.h"
+#include "core/huge_alloc.h"
 
 namespace spool {
 namespace {
@@ -24,21 +26,23 @@ class SimpleKvCache final : public KvCache {
       throw Error("context full: " + std::to_string(n_pos) + " positions needed, context size is " +
                   std::to_string(n_ctx_) + " (raise -c)");
     Seq& s = seqs_[seq];
-    if (s.k.empty()) {
-      s.k.resize((size_t)shape_.n_layer * n_ctx_ * shape_.k_row());
-      s.v.resize((size_t)shape_.n_layer * n_ctx_ * shape_.v_row());
+    if (!s.k) {
+      s.k_floats = (size_t)shape_.n_layer * n_ctx_ * shape_.k_row();
+      s.v_floats = (size_t)shape_.n_layer * n_ctx_ * shape_.v_row();
+      s.k = make_huge_array<float>(s.k_floats);
+      if (s.v_floats > 0) s.v = make_huge_array<float>(s.v_floats);
     }
   }
 
   KvSeqView view(int layer, int seq) override {
     Seq& s = seqs_[seq];
-    SPOOL_CHECK(!s.k.empty());
+    SPOOL_CHECK(s.k != nullptr);
     KvSeqView v;
     v.block_size = n_ctx_;
     v.k_row = shape_.k_row();
     v.v_row = shape_.v_row();
-    v.k_blocks.push_back(s.k.data() + (size_t)layer * n_ctx_ * v.k_row);
-    v.v_blocks.push_back(s.v.data() + (size_t)layer * n_ctx_ * v.v_row);
+    v.k_blocks.push_back(s.k.get() + (size_t)layer * n_ctx_ * v.k_row);
+    v.v_blocks.push_back(s.v ? s.v.get() + (size_t)layer * n_ctx_ * v.v_row : nullptr);
     return v;
   }
 
@@ -48,12 +52,15 @@ class SimpleKvCache final : public KvCache {
 
   uint64_t bytes_allocated() const override {
     uint64_t n = 0;
-    for (const Seq& s : seqs_) n += (s.k.size() + s.v.size()) * sizeof(float);
+    for (const Seq& s : seqs_) n += (s.k_floats + s.v_floats) * sizeof(float);
     return n;
   }
 
  private:
-  struct Seq { std::vector<float> k, v; };
+  struct Seq {
+    HugeArray<float> k, v;
+    size_t k_floats = 0, v_floats = 0;
+  };
   KvShape shape_;
   int n_ctx_;
   std::vector<Seq> seqs_;

@@ -19,8 +19,8 @@ PagedKvCache::PagedKvCache(const KvShape& shape, int block_size, int n_blocks, i
     throw Error("paged KV cache: block size, block count, context and sequence count must be positive (got " +
                 std::to_string(block_size) + ", " + std::to_string(n_blocks) + ", " + std::to_string(n_ctx) + ", " +
                 std::to_string(max_seqs) + ")");
-  k_.reset(new float[(size_t)n_blocks * shape.n_layer * block_size * shape.k_row()]);
-  if (shape.v_row() > 0) v_.reset(new float[(size_t)n_blocks * shape.n_layer * block_size * shape.v_row()]);
+  k_ = make_huge_array<float>((size_t)n_blocks * shape.n_layer * block_size * shape.k_row());
+  if (shape.v_row() > 0) v_ = make_huge_array<float>((size_t)n_blocks * shape.n_layer * block_size * shape.v_row());
   ref_.assign(n_blocks, 0);
   cached_.assign(n_blocks, 0);
   in_lru_.assign(n_blocks, 0);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/huge_alloc.h"
 #include "model/kv_cache.h"
 
 namespace spool {
@@ -79,7 +80,7 @@ class PagedKvCache final : public KvCache {
 
   KvShape shape_;
   int block_size_, n_blocks_, n_ctx_;
-  std::unique_ptr<float[]> k_, v_;  // uninitialised: pages are touched only when used
+  HugeArray<float> k_, v_;  // uninitialised, on huge pages: pages are touched only when used
   std::vector<int> ref_;
   std::vector<uint8_t> cached_;
   std::vector<int> free_;

@@ -105,39 +105,50 @@ void attention(ThreadPool& pool, const ModelConfig& cfg, KvCache& kv, int layer,
   const int n_tokens = batch.size();
   const int hd_k = cfg.head_dim_k, hd_v = cfg.head_dim_v;
   const int group = cfg.n_head / cfg.n_head_kv;
+  // A task is one token and up to kHeadsPerTask query heads of one KV head:
+  // the kernels read each cached row once for all of them.
+  constexpr int kHeadsPerTask = 4;
+  const int chunks_per_kv = (group + kHeadsPerTask - 1) / kHeadsPerTask;
   std::map<int, KvSeqView> views;
   for (int t = 0; t < n_tokens; ++t)
     if (!views.count(batch.seq[t])) views.emplace(batch.seq[t], kv.view(layer, batch.seq[t]));
   int max_pos = 0;
   for (int t = 0; t < n_tokens; ++t) max_pos = std::max(max_pos, batch.pos[t]);
-  std::vector<std::vector<float>> scores(pool.size(), std::vector<float>(max_pos + 1));
+  const size_t s_stride = (size_t)max_pos + 1;
+  std::vector<std::vector<float>> scores(pool.size(), std::vector<float>(kHeadsPerTask * s_stride));
+  std::vector<std::vector<float>> qs(pool.size(), std::vector<float>((size_t)kHeadsPerTask * hd_k));
 
-  // Per (token, head): scores over the cached positions (contiguous runs
-  // inside cache blocks), softmax, then the weighted sum of values, all
-  // through the kernel table's row kernels.
+  // Per task: scores over the cached positions (contiguous runs inside cache
+  // blocks), softmax per head, then the weighted sums of values.
   const RowKernels& rk = kernels().rows;
-  std::vector<std::vector<float>> qs(pool.size(), std::vector<float>(hd_k));
-  pool.run((int64_t)n_tokens * cfg.n_head, [&](int64_t task, int thread) {
-    const int t = (int)(task / cfg.n_head), h = (int)(task % cfg.n_head), hk = h / group;
+  pool.run((int64_t)n_tokens * cfg.n_head_kv * chunks_per_kv, [&](int64_t task, int thread) {
+    const int t = (int)(task / ((int64_t)cfg.n_head_kv * chunks_per_kv));
+    const int rest = (int)(task % ((int64_t)cfg.n_head_kv * chunks_per_kv));
+    const int hk = rest / chunks_per_kv, h0 = hk * group + (rest % chunks_per_kv) * kHeadsPerTask;
+    const int nh = std::min(kHeadsPerTask, (hk + 1) * group - h0);
     const KvSeqView& view = views.at(batch.seq[t]);
-    const float* qh = q + ((size_t)t * cfg.n_head + h) * hd_k;
-    float* qsc = qs[thread].data();  // the query with kq_scale applied
-    for (int i = 0; i < hd_k; ++i) qsc[i] = qh[i] * kq_scale;
+    const float* qh = q + ((size_t)t * cfg.n_head + h0) * hd_k;
+    float* qsc = qs[thread].data();  // the queries with kq_scale applied
+    for (int i = 0; i < nh * hd_k; ++i) qsc[i] = qh[i] * kq_scale;
     const int n_pos = batch.pos[t] + 1;
     float* s = scores[thread].data();
     for (int p0 = 0, run; p0 < n_pos; p0 += run) {
       run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
-      rk.dot_rows(hd_k, qsc, view.k(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0);
+      rk.dot_rows_multi(hd_k, qsc, nh, view.k(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0, s_stride);
     }
-    const float mx = *std::max_element(s, s + n_pos);
-    const float inv = 1.0f / rk.exp_sum(s, n_pos, mx);
-    float* o = out + ((size_t)t * cfg.n_head + h) * hd_v;
-    std::fill(o, o + hd_v, 0.0f);
+    float inv[kHeadsPerTask];
+    for (int h = 0; h < nh; ++h) {
+      float* sh = s + h * s_stride;
+      inv[h] = 1.0f / rk.exp_sum(sh, n_pos, *std::max_element(sh, sh + n_pos));
+    }
+    float* o = out + ((size_t)t * cfg.n_head + h0) * hd_v;  // the nh heads' outputs, contiguous
+    std::fill(o, o + (size_t)nh * hd_v, 0.0f);
     for (int p0 = 0, run; p0 < n_pos; p0 += run) {
       run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
-      rk.axpy_rows(hd_v, s + p0, view.v(p0) + (size_t)hk * hd_v, view.v_row, run, o);
+      rk.axpy_rows_multi(hd_v, s + p0, s_stride, nh, view.v(p0) + (size_t)hk * hd_v, view.v_row, run, o);
     }
-    for (int i = 0; i < hd_v; ++i) o[i] *= inv;
+    for (int h = 0; h < nh; ++h)
+      for (int i = 0; i < hd_v; ++i) o[h * hd_v + i] *= inv[h];
   });
 }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <unordered_map>
 
+#include "core/huge_alloc.h"
 #include "core/error.h"
 #include "storage/local_file.h"
 
@@ -63,20 +64,8 @@ const float* WeightRef::f32() const {
 
 namespace {
 
-// Packed weights are streamed once per token: on 4 KiB pages that is a TLB
-// miss every 4 KiB (expensive under virtualisation). Large buffers are 2 MiB
-// aligned and marked for transparent huge pages (the usual "madvise" THP mode
-// gives none otherwise).
-void* alloc_weight_buffer(size_t bytes) {
-  constexpr size_t kHuge = 2u << 20;
-  if (bytes < kHuge) return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* buf = std::aligned_alloc(kHuge, size);
-#ifdef MADV_HUGEPAGE
-  if (buf) madvise(buf, size, MADV_HUGEPAGE);
-#endif
-  return buf;
-}
+// Packed weights are streamed once per token: on huge pages (core/huge_alloc.h).
+void* alloc_weight_buffer(size_t bytes) { return alloc_huge(bytes); }
 
 class ResidentStore final : public WeightStore {
  public:
