@@ -16,6 +16,8 @@
 namespace spool {
 namespace {
 
+constexpr int kFfnTokenChunk = 64;  // tokens per pass through the dense FFN (see ffn_dense)
+
 struct Deepseek2Layer {
   const TensorEntry* attn_norm = nullptr;  // [n_embd]
   MlaLayerWeights attn;
@@ -64,7 +66,7 @@ class Deepseek2Model final : public Model {
       layers_.push_back(L);
     }
     if (output_norm_->type != DType::F32) throw Error("tensor 'output_norm.weight' must be F32");
-    for (const Deepseek2Layer& L : layers_) attn_.emplace_back(config_, L.attn);
+    for (const Deepseek2Layer& L : layers_) attn_.emplace_back(config_, L.attn, mla_s_);
     weights().prepare_matmul_weights(mats, &pool());
   }
 
@@ -124,13 +126,31 @@ class Deepseek2Model final : public Model {
     matmul(pool(), r.mat(), x, n, y, mm_);
   }
 
+  // Tokens go through in chunks of kFfnTokenChunk, so gate/up ([tokens, n_ff],
+  // the widest activations) stay small whatever the batch; a matmul row does
+  // not depend on the other rows of a batch of two or more, so no chunk is
+  // left a lone row unless the whole batch is one.
   void ffn_dense(const Deepseek2Layer& L, const float* xn, float* out, int n) {
-    const size_t n_ff = config_.n_ff;
-    if (gate_.size() < n * n_ff) gate_.resize(n * n_ff), up_.resize(n * n_ff);
-    linear(*L.ffn_gate, xn, gate_.data(), n);  // [n, n_ff]
-    linear(*L.ffn_up, xn, up_.data(), n);      // [n, n_ff]
-    swiglu(gate_.data(), up_.data(), (int64_t)n * n_ff);
-    linear(*L.ffn_down, gate_.data(), out, n);  // [n, n_embd]
+    const size_t n_ff = config_.n_ff, d = config_.n_embd;
+    const int chunk = std::min(n, kFfnTokenChunk);
+    if (gate_.size() < chunk * n_ff) gate_.resize(chunk * n_ff), up_.resize(chunk * n_ff);
+    if (n == chunk) {  // one chunk: hold one matrix at a time (a streaming store may have few slots)
+      linear(*L.ffn_gate, xn, gate_.data(), n);  // [n, n_ff]
+      linear(*L.ffn_up, xn, up_.data(), n);      // [n, n_ff]
+      swiglu(gate_.data(), up_.data(), (int64_t)n * n_ff);
+      linear(*L.ffn_down, gate_.data(), out, n);  // [n, n_embd]
+      return;
+    }
+    WeightRef gate = weights().acquire(*L.ffn_gate), up = weights().acquire(*L.ffn_up),
+              down = weights().acquire(*L.ffn_down);
+    for (int t0 = 0, nc; t0 < n; t0 += nc) {
+      nc = std::min(chunk, n - t0);
+      if (n - t0 - nc == 1) --nc;
+      matmul(pool(), gate.mat(), xn + t0 * d, nc, gate_.data(), mm_);  // [nc, n_ff]
+      matmul(pool(), up.mat(), xn + t0 * d, nc, up_.data(), mm_);      // [nc, n_ff]
+      swiglu(gate_.data(), up_.data(), (int64_t)nc * n_ff);
+      matmul(pool(), down.mat(), gate_.data(), nc, out + t0 * d, mm_);  // [nc, n_embd]
+    }
   }
 
   void output_logits(const Batch& batch, const float* x, float* logits) {
@@ -145,6 +165,7 @@ class Deepseek2Model final : public Model {
 
   const TensorEntry *token_embd_ = nullptr, *output_norm_ = nullptr, *output_ = nullptr;
   std::vector<Deepseek2Layer> layers_;
+  MlaScratch mla_s_;                 // activation buffers every layer's attention shares
   std::vector<MlaAttention> attn_;  // one per layer
   std::vector<float> x_, xn_, out_, gate_, up_;
   std::vector<uint8_t> mm_;

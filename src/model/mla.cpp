@@ -122,33 +122,33 @@ MatView MlaAttention::v_up(const WeightRef& r, int h) const {
 
 void MlaAttention::project_q(WeightStore& store, ThreadPool& pool, const float* xn, int n) {
   const int H = c_.n_head, dk = c_.mla.head_dim_k;
-  grow(q_, (size_t)n * H * dk);
+  grow(s_->q, (size_t)n * H * dk);
   if (w_.q_a) {
-    grow(qa_, (size_t)n * c_.mla.q_lora_rank);
+    grow(s_->qa, (size_t)n * c_.mla.q_lora_rank);
     {
       WeightRef wa = store.acquire(*w_.q_a), norm = store.acquire(*w_.q_a_norm);
-      matmul(pool, wa.mat(), xn, n, qa_.data(), mm_);  // [n, q_lora_rank]
-      rms_norm(qa_.data(), norm.f32(), qa_.data(), n, c_.mla.q_lora_rank, c_.rms_eps);
+      matmul(pool, wa.mat(), xn, n, s_->qa.data(), s_->mm);  // [n, q_lora_rank]
+      rms_norm(s_->qa.data(), norm.f32(), s_->qa.data(), n, c_.mla.q_lora_rank, c_.rms_eps);
     }
     WeightRef wb = store.acquire(*w_.q_b);
-    matmul(pool, wb.mat(), qa_.data(), n, q_.data(), mm_);  // [n, n_head * head_dim_k]
+    matmul(pool, wb.mat(), s_->qa.data(), n, s_->q.data(), s_->mm);  // [n, n_head * head_dim_k]
   } else {
     WeightRef wq = store.acquire(*w_.q);
-    matmul(pool, wq.mat(), xn, n, q_.data(), mm_);  // [n, n_head * head_dim_k]
+    matmul(pool, wq.mat(), xn, n, s_->q.data(), s_->mm);  // [n, n_head * head_dim_k]
   }
 }
 
 // The cache rows: [latent (normed) | rope key (rotated)] per token.
 void MlaAttention::project_kv(WeightStore& store, ThreadPool& pool, const Batch& batch, const float* xn) {
   const int n = batch.size(), L = c_.mla.kv_lora_rank, r = c_.rope.n_dims, row = L + r;
-  grow(kva_, (size_t)n * row);
-  grow(qh_, (size_t)n * r);
+  grow(s_->kva, (size_t)n * row);
+  grow(s_->qh, (size_t)n * r);
   WeightRef wa = store.acquire(*w_.kv_a), norm = store.acquire(*w_.kv_a_norm);
-  matmul(pool, wa.mat(), xn, n, kva_.data(), mm_);  // [n, kv_lora_rank + n_rope]
-  for (int t = 0; t < n; ++t) rms_norm(kva_.data() + (size_t)t * row, norm.f32(), kva_.data() + (size_t)t * row, 1, L, c_.rms_eps);
-  copy_cols(kva_.data(), row, L, r, qh_.data(), r, n);  // [n, n_rope]
-  rope(qh_.data(), n, 1, r, batch.pos.data(), c_.rope, nullptr);
-  for (int t = 0; t < n; ++t) std::memcpy(kva_.data() + (size_t)t * row + L, qh_.data() + (size_t)t * r, r * sizeof(float));
+  matmul(pool, wa.mat(), xn, n, s_->kva.data(), s_->mm);  // [n, kv_lora_rank + n_rope]
+  for (int t = 0; t < n; ++t) rms_norm(s_->kva.data() + (size_t)t * row, norm.f32(), s_->kva.data() + (size_t)t * row, 1, L, c_.rms_eps);
+  copy_cols(s_->kva.data(), row, L, r, s_->qh.data(), r, n);  // [n, n_rope]
+  rope(s_->qh.data(), n, 1, r, batch.pos.data(), c_.rope, nullptr);
+  for (int t = 0; t < n; ++t) std::memcpy(s_->kva.data() + (size_t)t * row + L, s_->qh.data() + (size_t)t * r, r * sizeof(float));
 }
 
 void MlaAttention::forward(WeightStore& store, ThreadPool& pool, KvCache& kv, int layer, const Batch& batch,
@@ -156,43 +156,38 @@ void MlaAttention::forward(WeightStore& store, ThreadPool& pool, KvCache& kv, in
   const int n = batch.size(), H = c_.n_head, dk = c_.mla.head_dim_k, r = c_.rope.n_dims;
   project_q(store, pool, xn, n);  // q_: [n, n_head, nope | rope]
   // Rotate each head's rope part (its last n_rope values).
-  grow(qh_, (size_t)n * H * r);
-  copy_cols(q_.data(), dk, dk - r, r, qh_.data(), r, n * H);  // [n * n_head, n_rope]
-  rope(qh_.data(), n, H, r, batch.pos.data(), c_.rope, nullptr);
-  for (int i = 0; i < n * H; ++i) std::memcpy(q_.data() + (size_t)i * dk + dk - r, qh_.data() + (size_t)i * r, r * sizeof(float));
+  grow(s_->qh, (size_t)n * H * r);
+  copy_cols(s_->q.data(), dk, dk - r, r, s_->qh.data(), r, n * H);  // [n * n_head, n_rope]
+  rope(s_->qh.data(), n, H, r, batch.pos.data(), c_.rope, nullptr);
+  for (int i = 0; i < n * H; ++i) std::memcpy(s_->q.data() + (size_t)i * dk + dk - r, s_->qh.data() + (size_t)i * r, r * sizeof(float));
 
   project_kv(store, pool, batch, xn);           // kva_: [n, kv_lora_rank + n_rope]
-  kv_store(kv, layer, batch, kva_.data(), nullptr);
+  kv_store(kv, layer, batch, s_->kva.data(), nullptr);
 
-  grow(att_, (size_t)n * H * c_.mla.head_dim_v);
+  grow(s_->att, (size_t)n * H * c_.mla.head_dim_v);
   if (form == MlaForm::Plain) attend_plain(store, pool, kv, layer, batch);
   else attend_absorbed(store, pool, kv, layer, batch);  // att_: [n, n_head * head_dim_v]
   WeightRef wo = store.acquire(*w_.wo);
-  matmul(pool, wo.mat(), att_.data(), n, out, mm_);  // [n, n_embd]
+  matmul(pool, wo.mat(), s_->att.data(), n, out, s_->mm);  // [n, n_embd]
 }
 
 // Attention in latent space: q_lat = W_uk^T q_nope per head scores against the
 // cached latents directly (and q_pe against the cached rope keys); the softmax-
-// weighted sum of latents goes through W_uv once per head.
+// weighted sum of latents goes through W_uv once per head. Tokens go through
+// in chunks of kMlaTokenChunk (the latent queries are the widest buffers);
+// each token's arithmetic is the same whatever its chunk, since a matmul row
+// does not depend on the other rows of its batch as long as the batch has two
+// or more (so no chunk is a lone row unless the whole batch is).
 void MlaAttention::attend_absorbed(WeightStore& store, ThreadPool& pool, KvCache& kv, int layer, const Batch& batch) {
   const int n = batch.size(), H = c_.n_head, dk = c_.mla.head_dim_k, dv = c_.mla.head_dim_v;
   const int L = c_.mla.kv_lora_rank, r = c_.rope.n_dims, nope = dk - r, row = L + r;
-  grow(qlat_, (size_t)n * H * row);  // [n, n_head, kv_lora_rank + n_rope]
-  grow(olat_, (size_t)n * H * L);    // [n, n_head, kv_lora_rank]
-  grow(qh_, (size_t)n * std::max(nope, L));
-  grow(oh_, (size_t)n * std::max(L, dv));
+  const int chunk = std::min(n, kMlaTokenChunk);
+  grow(s_->qlat, (size_t)chunk * H * row);  // [chunk, n_head, kv_lora_rank + n_rope]
+  grow(s_->olat, (size_t)chunk * H * L);    // [chunk, n_head, kv_lora_rank]
+  grow(s_->qh, (size_t)chunk * std::max(nope, L));
+  grow(s_->oh, (size_t)chunk * std::max(L, dv));
   WeightRef kb = store.acquire(w_.k_b ? *w_.k_b : *w_.kv_b), vb = store.acquire(w_.v_b ? *w_.v_b : *w_.kv_b);
   const float scale = mla_kq_scale(c_);
-  for (int h = 0; h < H; ++h) {
-    copy_cols(q_.data(), (size_t)H * dk, h * dk, nope, qh_.data(), nope, n);  // [n, n_nope]
-    matmul(pool, k_up_t(kb, h), qh_.data(), n, oh_.data(), mm_);             // [n, kv_lora_rank]
-    for (int t = 0; t < n; ++t) {
-      float* ql = qlat_.data() + ((size_t)t * H + h) * row;
-      const float* src = q_.data() + ((size_t)t * H + h) * dk;
-      for (int i = 0; i < L; ++i) ql[i] = oh_[(size_t)t * L + i] * scale;
-      for (int i = 0; i < r; ++i) ql[L + i] = src[nope + i] * scale;
-    }
-  }
   std::map<int, KvSeqView> views;
   int max_pos = 0;
   for (int t = 0; t < n; ++t) {
@@ -201,31 +196,47 @@ void MlaAttention::attend_absorbed(WeightStore& store, ThreadPool& pool, KvCache
   }
   std::vector<std::vector<float>> scores(pool.size(), std::vector<float>(max_pos + 1));
   const RowKernels& rk = kernels().rows;
-  pool.run((int64_t)n * H, [&](int64_t task, int thread) {
-    const int t = (int)(task / H);
-    const KvSeqView& view = views.at(batch.seq[t]);
-    const float* ql = qlat_.data() + task * row;
-    const int n_pos = batch.pos[t] + 1;
-    float* s = scores[thread].data();
-    for (int p0 = 0, run; p0 < n_pos; p0 += run) {
-      run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
-      rk.dot_rows(row, ql, view.k(p0), view.k_row, run, s + p0);  // latent and rope parts at once
+  for (int t0 = 0, nc; t0 < n; t0 += nc) {
+    nc = std::min(chunk, n - t0);
+    if (n - t0 - nc == 1) --nc;  // leave two rows for the last chunk, never one
+    const float* q = s_->q.data() + (size_t)t0 * H * dk;  // this chunk's [nc, n_head, nope | rope]
+    for (int h = 0; h < H; ++h) {
+      copy_cols(q, (size_t)H * dk, h * dk, nope, s_->qh.data(), nope, nc);    // [nc, n_nope]
+      matmul(pool, k_up_t(kb, h), s_->qh.data(), nc, s_->oh.data(), s_->mm);  // [nc, kv_lora_rank]
+      for (int t = 0; t < nc; ++t) {
+        float* ql = s_->qlat.data() + ((size_t)t * H + h) * row;
+        const float* src = q + ((size_t)t * H + h) * dk;
+        for (int i = 0; i < L; ++i) ql[i] = s_->oh[(size_t)t * L + i] * scale;
+        for (int i = 0; i < r; ++i) ql[L + i] = src[nope + i] * scale;
+      }
     }
-    const float mx = *std::max_element(s, s + n_pos);
-    const float inv = 1.0f / rk.exp_sum(s, n_pos, mx);
-    float* o = olat_.data() + task * L;
-    std::fill(o, o + L, 0.0f);
-    for (int p0 = 0, run; p0 < n_pos; p0 += run) {
-      run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
-      rk.axpy_rows(L, s + p0, view.k(p0), view.k_row, run, o);  // the latent is the value
+    pool.run((int64_t)nc * H, [&](int64_t task, int thread) {
+      const int t = t0 + (int)(task / H);
+      const KvSeqView& view = views.at(batch.seq[t]);
+      const float* ql = s_->qlat.data() + task * row;
+      const int n_pos = batch.pos[t] + 1;
+      float* s = scores[thread].data();
+      for (int p0 = 0, run; p0 < n_pos; p0 += run) {
+        run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
+        rk.dot_rows(row, ql, view.k(p0), view.k_row, run, s + p0);  // latent and rope parts at once
+      }
+      const float mx = *std::max_element(s, s + n_pos);
+      const float inv = 1.0f / rk.exp_sum(s, n_pos, mx);
+      float* o = s_->olat.data() + task * L;
+      std::fill(o, o + L, 0.0f);
+      for (int p0 = 0, run; p0 < n_pos; p0 += run) {
+        run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
+        rk.axpy_rows(L, s + p0, view.k(p0), view.k_row, run, o);  // the latent is the value
+      }
+      for (int i = 0; i < L; ++i) o[i] *= inv;
+    });
+    float* att = s_->att.data() + (size_t)t0 * H * dv;
+    for (int h = 0; h < H; ++h) {
+      copy_cols(s_->olat.data(), (size_t)H * L, h * L, L, s_->qh.data(), L, nc);  // [nc, kv_lora_rank]
+      matmul(pool, v_up(vb, h), s_->qh.data(), nc, s_->oh.data(), s_->mm);       // [nc, head_dim_v]
+      for (int t = 0; t < nc; ++t)
+        std::memcpy(att + ((size_t)t * H + h) * dv, s_->oh.data() + (size_t)t * dv, dv * sizeof(float));
     }
-    for (int i = 0; i < L; ++i) o[i] *= inv;
-  });
-  for (int h = 0; h < H; ++h) {
-    copy_cols(olat_.data(), (size_t)H * L, h * L, L, qh_.data(), L, n);  // [n, kv_lora_rank]
-    matmul(pool, v_up(vb, h), qh_.data(), n, oh_.data(), mm_);          // [n, head_dim_v]
-    for (int t = 0; t < n; ++t)
-      std::memcpy(att_.data() + ((size_t)t * H + h) * dv, oh_.data() + (size_t)t * dv, dv * sizeof(float));
   }
 }
 
@@ -240,23 +251,23 @@ void MlaAttention::attend_plain(WeightStore& store, ThreadPool& pool, KvCache& k
   for (int t = 0; t < n; ++t) n_pos_of[batch.seq[t]] = std::max(n_pos_of[batch.seq[t]], batch.pos[t] + 1);
   for (const auto& [seq, P] : n_pos_of) {
     const KvSeqView view = kv.view(layer, seq);
-    grow(lat_, (size_t)P * L);
-    for (int p = 0; p < P; ++p) std::memcpy(lat_.data() + (size_t)p * L, view.k(p), L * sizeof(float));  // [P, kv_lora_rank]
-    grow(kn_, (size_t)H * P * nope);  // [n_head, P, n_nope]
-    grow(vv_, (size_t)H * P * dv);    // [n_head, P, head_dim_v]
+    grow(s_->lat, (size_t)P * L);
+    for (int p = 0; p < P; ++p) std::memcpy(s_->lat.data() + (size_t)p * L, view.k(p), L * sizeof(float));  // [P, kv_lora_rank]
+    grow(s_->kn, (size_t)H * P * nope);  // [n_head, P, n_nope]
+    grow(s_->vv, (size_t)H * P * dv);    // [n_head, P, head_dim_v]
     for (int h = 0; h < H; ++h) {
-      matmul(pool, k_up(kb, h), lat_.data(), P, kn_.data() + (size_t)h * P * nope, mm_);
-      matmul(pool, v_up(vb, h), lat_.data(), P, vv_.data() + (size_t)h * P * dv, mm_);
+      matmul(pool, k_up(kb, h), s_->lat.data(), P, s_->kn.data() + (size_t)h * P * nope, s_->mm);
+      matmul(pool, v_up(vb, h), s_->lat.data(), P, s_->vv.data() + (size_t)h * P * dv, s_->mm);
     }
     std::vector<std::vector<float>> scores(pool.size(), std::vector<float>(P));
     pool.run((int64_t)n * H, [&](int64_t task, int thread) {
       const int t = (int)(task / H), h = (int)(task % H);
       if (batch.seq[t] != seq) return;
-      const float* q = q_.data() + task * dk;  // [n_nope | n_rope]
+      const float* q = s_->q.data() + task * dk;  // [n_nope | n_rope]
       const int n_pos = batch.pos[t] + 1;
       float* s = scores[thread].data();
       for (int p = 0; p < n_pos; ++p) {
-        const float* k = kn_.data() + ((size_t)h * P + p) * nope;
+        const float* k = s_->kn.data() + ((size_t)h * P + p) * nope;
         const float* k_pe = view.k(p) + L;
         float dot = 0;
         for (int i = 0; i < nope; ++i) dot += q[i] * k[i];
@@ -266,10 +277,10 @@ void MlaAttention::attend_plain(WeightStore& store, ThreadPool& pool, KvCache& k
       const float mx = *std::max_element(s, s + n_pos);
       float sum = 0;
       for (int p = 0; p < n_pos; ++p) sum += s[p] = std::exp(s[p] - mx);
-      float* o = att_.data() + task * dv;
+      float* o = s_->att.data() + task * dv;
       std::fill(o, o + dv, 0.0f);
       for (int p = 0; p < n_pos; ++p) {
-        const float* v = vv_.data() + ((size_t)h * P + p) * dv;
+        const float* v = s_->vv.data() + ((size_t)h * P + p) * dv;
         for (int i = 0; i < dv; ++i) o[i] += s[p] * v[i];
       }
       for (int i = 0; i < dv; ++i) o[i] /= sum;

@@ -40,11 +40,26 @@ MlaLayerWeights load_mla_weights(const Manifest& m, const std::string& prefix, c
 // The softmax scale: 1/sqrt(head_dim_k), times DeepSeek YaRN's mscale squared.
 float mla_kq_scale(const ModelConfig& cfg);
 
-// One layer's attention with its activation buffers and the float transposes
-// of kv_b's K half that a form needs but the file does not store (made once).
+// Activation buffers of MLA attention, grown as needed and shared by every
+// layer of a model (layers run one after another): per batch token they hold
+// q, the q-LoRA latent, the cache row, the rope part of q and the attention
+// output; the absorbed form's per-head latent queries and outputs (the widest,
+// n_head x (kv_lora_rank + n_rope) and n_head x kv_lora_rank floats a token)
+// are held for kMlaTokenChunk tokens at a time only.
+struct MlaScratch {
+  std::vector<float> qa, q, kva, att, qh, qlat, olat, oh, lat, kn, vv;  // see MlaAttention::forward()
+  std::vector<uint8_t> mm;
+};
+
+// Tokens whose latent queries the absorbed form holds at once (see MlaScratch).
+constexpr int kMlaTokenChunk = 32;
+
+// One layer's attention (its buffers in a shared MlaScratch) and the float
+// transposes of kv_b's K half that a form needs but the file does not store
+// (made once, per layer).
 class MlaAttention {
  public:
-  MlaAttention(const ModelConfig& cfg, const MlaLayerWeights& w) : c_(cfg), w_(w) {}
+  MlaAttention(const ModelConfig& cfg, const MlaLayerWeights& w, MlaScratch& s) : c_(cfg), w_(w), s_(&s) {}
 
   // xn: [n_tokens, n_embd] normed input; out: [n_tokens, n_embd] (attn_output applied).
   // Writes the batch's cache rows for `layer` first.
@@ -65,8 +80,7 @@ class MlaAttention {
   const ModelConfig& c_;
   MlaLayerWeights w_;
   std::vector<float> k_up_copy_, k_up_t_copy_;  // [n_head, n_nope, kv_lora] / [n_head, kv_lora, n_nope]
-  std::vector<float> qa_, q_, kva_, att_, qh_, qlat_, olat_, oh_, lat_, kn_, vv_;  // see forward()
-  std::vector<uint8_t> mm_;
+  MlaScratch* s_;
 };
 
 }  // namespace spool

@@ -94,6 +94,15 @@ gguf::File open_model_file(const std::string& path) {
   return f;
 }
 
+// This process's resident memory now (VmRSS), 0 when unknown.
+static uint64_t process_rss() {
+  std::ifstream st("/proc/self/status");
+  std::string line;
+  while (std::getline(st, line))
+    if (line.starts_with("VmRSS:")) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
+}
+
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
   ModelParts parts;
   parts.file = open_model_file(path);
@@ -152,9 +161,25 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   } else if (mode == WeightMode::Streaming) {
     const ModelConfig& c = model->config();
     const int n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
-    const uint64_t kv = kv_bytes_estimate(c, n_ctx, options.kv_type) * (uint64_t)std::max(1, options.n_seq), scratch = scratch_bytes_estimate(c, n_ctx, options.n_batch);
     auto& store = static_cast<StreamingStore&>(model->weights());
     store.set_min_expert_slots(min_slots);
+    const uint64_t kv = kv_bytes_estimate(c, n_ctx, options.kv_type) * (uint64_t)std::max(1, options.n_seq);
+    // The fixed allowance covers the process as measured on the Kimi-shaped file (~16 MiB resident before the
+    // weights, ~13 MiB more that the cgroup charges for page cache and the kernel); a process already larger
+    // (a big tokenizer, weights read while building the model) reserves what it holds now.
+    const uint64_t held = process_rss() + (16ull << 20);
+    const uint64_t held_extra = held > kScratchFixedBytes ? held - kScratchFixedBytes : 0;
+    if (options.n_batch <= 0) {
+      // The most tokens per pass whose scratch takes at most 1/16 of the budget
+      // and still leaves the weights' minimum.
+      const uint64_t base = scratch_bytes_estimate(c, n_ctx, 1, options.mla_form, options.n_logits),
+                     need = kv + base + held_extra + store.minimum_budget();
+      const uint64_t room = std::min(budget / 16, budget > need ? budget - need : 0);
+      int n = 1;
+      while (n < std::min(n_ctx, 512) && scratch_bytes_estimate(c, n_ctx, n + 1, options.mla_form, options.n_logits) - base <= room) ++n;
+      model->parts_.options.n_batch = n;
+    }
+    const uint64_t scratch = scratch_bytes_estimate(c, n_ctx, model->n_batch(), options.mla_form, options.n_logits) + held_extra;
     if (kv + scratch >= budget)
       throw Error("memory budget " + std::to_string(budget >> 20) + " MiB cannot hold the KV cache (" +
                   std::to_string(kv >> 20) + " MiB at " + std::to_string(n_ctx) + " positions) and scratch (" +
@@ -162,8 +187,9 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
                   std::to_string(store.minimum_budget() >> 20) + " MiB: give at least " +
                   std::to_string((kv + scratch + store.minimum_budget()) / 1048576 + 1) +
                   " MiB, or a smaller -c / -b");
-    std::fprintf(stderr, "spool: budget %.1f MiB = KV %.1f MiB (%d positions x %d sequences) + scratch %.1f MiB + weights %.1f MiB\n",
-                 budget / 1048576.0, kv / 1048576.0, n_ctx, std::max(1, options.n_seq), scratch / 1048576.0, (budget - kv - scratch) / 1048576.0);
+    std::fprintf(stderr, "spool: budget %.1f MiB = KV %.1f MiB (%d positions x %d sequences) + scratch %.1f MiB (%d tokens per pass) + weights %.1f MiB\n",
+                 budget / 1048576.0, kv / 1048576.0, n_ctx, std::max(1, options.n_seq), scratch / 1048576.0, model->n_batch(),
+                 (budget - kv - scratch) / 1048576.0);
     try {
       store.start(budget - kv - scratch, &model->pool());
     } catch (const Error& e) {
@@ -172,6 +198,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
                   std::to_string((kv + scratch + store.minimum_budget()) / 1048576 + 1) + " MiB");
     }
   }
+  if (model->parts_.options.n_batch <= 0) model->parts_.options.n_batch = 512;
   if (so.verbose && mode == WeightMode::Streaming) {
     std::ifstream st("/proc/self/status");
     std::string line;
@@ -187,23 +214,43 @@ uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx, DType kv_type) {
   return (uint64_t)(s.k_row() + s.v_row()) * s.n_layer * (uint64_t)n_ctx * s.elem_bytes();
 }
 
-// Activations of one forward pass: the residual stream and its normed copy,
-// attention (q, k, v, output, scores over the context), the widest
-// feed-forward's gate/up, logits; plus a fixed allowance for the process
-// itself (code, libraries, thread stacks, tokenizer: ~8 MiB measured) and
-// matmul conversion buffers.
-uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch) {
-  const uint64_t n = (uint64_t)std::max(1, std::min(n_batch, n_ctx));
-  const uint64_t ff = (uint64_t)std::max({c.n_ff, c.n_ff_exp * std::max(1, c.n_expert_shared), c.n_ff_exp});
-  uint64_t per_token = 8ull * c.n_embd + 4ull * std::max(c.q_dim(), c.n_embd) + 2 * ff + c.n_vocab +
-                      (uint64_t)c.n_head * n_ctx;
-  if (c.mla.enabled()) {  // each layer's MlaAttention keeps its own buffers (model/mla.cpp's forward)
-    const uint64_t H = c.n_head, L = c.mla.kv_lora_rank, r = c.rope.n_dims, dk = c.mla.head_dim_k,
-                   dv = c.mla.head_dim_v;
-    per_token += (uint64_t)c.n_layer * (H * dk + c.mla.q_lora_rank + (L + r) + H * std::max(r, L) + H * dv +
-                                        H * (L + r) + H * L + std::max(L, dv));
+// Activations of one forward pass of n = min(n_batch, n_ctx) tokens, buffer by
+// buffer as the forward code grows them (one set per model, shared by its
+// layers): the residual stream, its normed copy and the block output; a logits
+// row per batch token (or the n_logits rows the caller keeps); attention (llama family: q, k, v, output; MLA: q, q-LoRA latent, cache
+// row, rope part, output per token, the absorbed form's latent queries and
+// outputs for kMlaTokenChunk tokens, the plain form's decompressed keys and
+// values over the context); the dense FFN's gate/up (MLA models: for
+// kFfnTokenChunk tokens); the MoE router and expert buffers; matmul activation
+// conversions (at most 2 bytes an element, one buffer per block kind). Plus
+// kScratchFixedBytes for the process itself (code, libraries, thread stacks,
+// tokenizer: ~8 MiB measured) and per-thread attention scores.
+uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch, MlaForm form, int n_logits) {
+  const uint64_t n = (uint64_t)std::max(1, std::min(n_batch, n_ctx)), E = c.n_embd, H = c.n_head;
+  uint64_t per_token = 3 * E;                 // floats: x, xn, out
+  uint64_t fixed = (uint64_t)n_logits * c.n_vocab;  // floats that do not grow past a chunk: the logits kept
+  if (n_logits <= 0) per_token += c.n_vocab;        // or a row per batch token
+  uint64_t mm = 2 * std::max<uint64_t>(E, c.n_ff);  // bytes per token: the model's own matmul conversions
+  if (c.mla.enabled()) {
+    const uint64_t L = c.mla.kv_lora_rank, r = c.rope.n_dims, dk = c.mla.head_dim_k, dv = c.mla.head_dim_v,
+                   nope = dk - r, P = (uint64_t)std::max(1, n_ctx);
+    per_token += H * dk + c.mla.q_lora_rank + (L + r) + H * r + H * dv;
+    const uint64_t chunk = std::min<uint64_t>(n, 32);  // kMlaTokenChunk
+    fixed += chunk * (H * (L + r) + H * L + std::max(nope, L) + std::max(L, dv));
+    if (form == MlaForm::Plain) fixed += P * L + H * P * (nope + dv);
+    fixed += std::min<uint64_t>(n, 64) * 2 * c.n_ff;  // kFfnTokenChunk
+    mm += 2 * std::max<uint64_t>({E, (uint64_t)c.mla.q_lora_rank, H * dv, L});
+  } else {
+    per_token += c.q_dim() + c.k_dim() + c.v_dim() + H * std::max(c.head_dim_v, 1) + 2 * c.n_ff;
+    mm = 2 * std::max<uint64_t>({E, (uint64_t)c.n_ff, (uint64_t)c.q_dim()});
   }
-  return n * per_token * sizeof(float) + (40ull << 20);
+  if (c.n_expert > 0) {
+    const uint64_t k = c.n_expert_used, ff = (uint64_t)c.n_ff_exp * std::max(1, c.n_expert_shared);
+    per_token += c.n_expert + 3 * k + 2 * E + 2 * ff;  // logits, ids/weights/group rows, xe/ye, gate/up
+    mm += 2 * std::max<uint64_t>(E, ff);
+  }
+  const uint64_t scores = 64ull * (uint64_t)std::max(1, n_ctx) * 2;  // per thread (up to 64 threads): scores, q
+  return (n * per_token + fixed + scores) * sizeof(float) + n * mm + kScratchFixedBytes;
 }
 
 static uint64_t read_u64_file(const char* path) {

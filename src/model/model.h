@@ -35,8 +35,9 @@ struct LoadOptions {
   WeightMode weight_mode = WeightMode::Auto;
   uint64_t mem_budget = 0;
   int n_ctx = 0;          // KV positions the budget reserves (0: the model's, at most 4096)
-  int n_batch = 512;      // tokens per forward pass, for the scratch estimate
+  int n_batch = 512;      // tokens per forward pass, for the scratch estimate (0: chosen, see Model::n_batch)
   int n_seq = 1;          // sequences whose full-context KV the budget reserves (serve: --parallel)
+  int n_logits = 0;       // logits rows the caller keeps, for the scratch estimate (0: one per batch token)
   std::string cache_policy = "lru";
   bool speculate = true;  // streaming: guess the next layer's experts
   bool pack_streaming = true;  // streaming: repack resident matmul weights (off: exactly the unpacked kernels)
@@ -52,7 +53,10 @@ struct LoadOptions {
 // Bytes of KV cache and activation scratch a model reserves at n_ctx
 // positions and n_batch tokens per pass (what a memory budget must leave out).
 uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx, DType kv_type = DType::F32);
-uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch);
+uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch, MlaForm form = MlaForm::Auto,
+                                int n_logits = 0);
+// The part of scratch_bytes_estimate that does not grow with the batch (process, libraries, stacks).
+constexpr uint64_t kScratchFixedBytes = 40ull << 20;
 // Memory this process may use: MemAvailable, capped by its cgroup's limit.
 uint64_t memory_available();
 
@@ -76,12 +80,16 @@ class Model {
   WeightStore& weights() { return *parts_.weights; }
   ThreadPool& pool() { return *parts_.pool; }
   KvShape kv_shape() const;
+  // Tokens per prefill pass the memory budget was planned for: LoadOptions::n_batch, or when that is 0,
+  // 512 resident and, streaming, the most (up to 512 and n_ctx) whose scratch takes 1/16 of the budget.
+  int n_batch() const { return parts_.options.n_batch; }
 
   // Runs one batch. Writes one row of n_vocab logits per batch row with
   // want_logits set, in batch order, into logits ([n_outputs, n_vocab]).
   virtual void forward(const Batch& batch, KvCache& kv, float* logits) = 0;
 
  protected:
+  friend std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options);
   ModelParts parts_;
   ModelConfig config_;
 };

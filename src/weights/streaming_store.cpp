@@ -178,11 +178,20 @@ class StreamingStoreImpl final : public StreamingStore {
     for (const TensorEntry* t : tensors) matmul_.insert(t);
   }
 
-  // All tensors resident, or none (kMinTensorSlots slots of the largest), whichever is smaller; plus the expert slots.
+  // The least room for tensors over the slot sizes choose_residency() tries
+  // (tensors larger than the slot resident, kMinTensorSlots slots of it),
+  // plus the expert slots.
   uint64_t minimum_budget() const override {
-    uint64_t max_tensor = 0, all = 0;
-    for (int u : tensor_units_) max_tensor = std::max(max_tensor, round_up(units_[u].bytes, 4096)), all += resident_cost(u);
-    return std::min(all, kMinTensorSlots * max_tensor) + expert_minimum();
+    std::set<uint64_t> sizes = {0};
+    for (int u : tensor_units_) sizes.insert(slot_size(u));
+    uint64_t best = UINT64_MAX;
+    for (uint64_t m : sizes) {
+      uint64_t need = kMinTensorSlots * m;
+      for (int u : tensor_units_)
+        if (slot_size(u) > m) need += resident_cost(u);
+      best = std::min(best, need);
+    }
+    return best + expert_minimum();
   }
 
   void set_min_expert_slots(int n) override {
@@ -381,37 +390,74 @@ class StreamingStoreImpl final : public StreamingStore {
     return packed_matrix_bytes(mv);
   }
 
+  // A residency choice: tensors read once at start, and the tensor slot size
+  // (the largest streamed tensor; 0 when nothing streams).
+  struct Residency {
+    std::vector<int> resident, streamed;
+    uint64_t resident_bytes = 0, tensor_slot = 0, streamed_bytes = 0;
+  };
+
+  uint64_t slot_size(int u) const { return round_up(units_[u].bytes, 4096); }
+
+  // The residency for `room` bytes (after the expert minimum) with streamed
+  // tensors of at most `max_slot` bytes: every larger tensor must be resident
+  // (false when they do not fit); then the rest of the room is filled largest
+  // first with the smaller ones, so as many of the bytes every token reads stay
+  // in memory as the room allows.
+  bool fill(uint64_t room, uint64_t max_slot, Residency& r) const {
+    r = Residency{};
+    if (room < kMinTensorSlots * max_slot) return false;
+    room -= kMinTensorSlots * max_slot;
+    std::vector<int> order = tensor_units_;  // largest first (ties: file order)
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return units_[a].bytes > units_[b].bytes; });
+    for (int u : order) {
+      const uint64_t cost = resident_cost(u);
+      if (slot_size(u) > max_slot) {
+        if (r.resident_bytes + cost > room) return false;
+      } else if (r.resident_bytes + cost > room) {
+        r.streamed.push_back(u);
+        r.streamed_bytes += units_[u].bytes;
+        r.tensor_slot = std::max(r.tensor_slot, slot_size(u));
+        continue;
+      }
+      r.resident.push_back(u);
+      r.resident_bytes += cost;
+    }
+    return true;
+  }
+
+  // Of the slot sizes that fit, the one that leaves the fewest bytes to
+  // stream (ties: the smaller tensor pool); everything resident when it fits.
+  bool choose_residency(uint64_t budget, Residency& best) const {
+    const uint64_t exp_min = expert_minimum();
+    if (exp_min > budget) return false;
+    std::set<uint64_t> sizes = {0};
+    for (int u : tensor_units_) sizes.insert(slot_size(u));
+    bool found = false;
+    for (uint64_t m : sizes) {
+      Residency r;
+      if (!fill(budget - exp_min, m, r)) continue;
+      if (r.streamed.empty()) r.tensor_slot = 0;
+      if (!found || r.streamed_bytes < best.streamed_bytes ||
+          (r.streamed_bytes == best.streamed_bytes && r.tensor_slot < best.tensor_slot))
+        best = std::move(r), found = true;
+      if (found && best.streamed.empty()) break;
+    }
+    return found;
+  }
+
   void plan(uint64_t budget) {
     stats_.budget_bytes = budget;
-    // Resident candidates, smallest first: what stays out are the largest tensors, so the tensor slots waste little.
-    std::vector<int> order = tensor_units_;
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return units_[a].bytes < units_[b].bytes; });
-    uint64_t all = 0;
-    for (int u : order) all += resident_cost(u);
-    const uint64_t exp_min = expert_minimum();
-    size_t n_resident = order.size();
-    uint64_t resident = all, tensor_slot = 0;
-    if (all + exp_min > budget) {
-      // Stream the largest tensors: keep the longest prefix that fits with kMinTensorSlots slots of the largest streamed one.
-      n_resident = 0;
-      resident = 0;
-      uint64_t prefix = 0;
-      for (size_t k = 0; k < order.size(); ++k) {
-        const uint64_t slot = round_up(units_[order.back()].bytes, 4096);
-        if (prefix + kMinTensorSlots * slot + exp_min <= budget) n_resident = k, resident = prefix;
-        prefix += resident_cost(order[k]);
-      }
-      tensor_slot = round_up(units_[order.back()].bytes, 4096);
-      if (order.empty() || resident + kMinTensorSlots * tensor_slot + exp_min > budget)
-        throw Error("memory budget too small: the weights need at least " + mib(minimum_budget()) + " (" +
-                    std::to_string(kMinTensorSlots) + " slots of " + mib(tensor_slot) + " for the largest tensor" +
-                    (exp_min ? " + " + std::to_string(opt_.min_expert_slots) + " expert slots of " +
-                                   mib(expert_slot_bytes_)
-                             : std::string()) +
-                    "), " + mib(budget) + " are left for them after KV cache and scratch");
-    }
-    resident_set_.assign(order.begin(), order.begin() + n_resident);
-    const std::vector<int> streamed(order.begin() + n_resident, order.end());
+    Residency r;
+    if (!choose_residency(budget, r))
+      throw Error("memory budget too small: the weights need at least " + mib(minimum_budget()) +
+                  (expert_minimum() ? " (with " + std::to_string(opt_.min_expert_slots) + " expert slots of " +
+                                          mib(expert_slot_bytes_) + ")"
+                                    : std::string()) +
+                  ", " + mib(budget) + " are left for them after KV cache and scratch");
+    const uint64_t resident = r.resident_bytes, tensor_slot = r.tensor_slot;
+    resident_set_ = r.resident;
+    const std::vector<int> streamed = r.streamed;
     uint64_t left = budget - resident;
     int n_tensor_slots = 0, n_expert_slots = 0;
     if (!streamed.empty()) {

@@ -67,13 +67,14 @@ uint64_t parse_size(const std::string& s) {
 }
 
 std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& f, int n_ctx,
-                                  int n_batch, int n_seq) {
+                                  int n_batch, int n_seq, int n_logits) {
   LoadOptions opt;
   opt.n_threads = n_threads;
   if (!f.mem_budget.empty()) opt.mem_budget = parse_size(f.mem_budget);
   opt.n_ctx = n_ctx;
   opt.n_batch = n_batch;
   opt.n_seq = n_seq;
+  opt.n_logits = n_logits;
   opt.cache_policy = f.cache_policy;
   opt.speculate = !f.no_speculate;
   opt.verbose = f.verbose_load;

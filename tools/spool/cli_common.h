@@ -28,7 +28,7 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f);
 // 512, 64K, 1.5G, 8G (binary units); throws spool::Error on anything else.
 uint64_t parse_size(const std::string& s);
 std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& f, int n_ctx,
-                                  int n_batch, int n_seq = 1);
+                                  int n_batch, int n_seq = 1, int n_logits = 0);
 std::vector<int32_t> parse_ids(const std::string& csv);
 std::string join_ids(const std::vector<int32_t>& ids);
 std::string read_text_file(const std::string& path);

@@ -24,7 +24,7 @@ double nll(const float* logits, int n_vocab, int32_t target) {
 }
 
 void perplexity(const PplOptions& o) {
-  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch);
+  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch, 1, o.n_ctx);  // a chunk's logits
   const Tokenizer& tok = model->tokenizer();
   const int n_vocab = model->config().n_vocab, n_ctx = o.n_ctx;
   if (n_ctx < 4) throw Error("context size must be at least 4");

@@ -1,5 +1,7 @@
 // `spool run`: generate text from a prompt and stream it to stdout. Only the
 // generated text goes to stdout; load info and timings go to stderr.
+#include <malloc.h>
+
 #include <cstdio>
 
 #include "cli_common.h"
@@ -14,9 +16,15 @@
 namespace spool::cli {
 namespace {
 
+// Bytes malloc has handed out and not had back (its mapped chunks included).
+uint64_t heap_in_use() {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
 struct RunOptions {
   std::string model, prompt, prompt_file, prompt_ids, system;
-  int n_predict = -1, n_threads = 0, n_ctx = 0, n_batch = 512;
+  int n_predict = -1, n_threads = 0, n_ctx = 0, n_batch = 0;
   bool output_ids = false, no_bos = false, verbose = false, chat = false;
   std::vector<std::string> stop;
   SamplingParams sampling;
@@ -63,7 +71,7 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, const Model& model) {
 
 void run(const RunOptions& o) {
   const double t_load = now_seconds();
-  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch);
+  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch, 1, 1);  // one logits row
   const ModelConfig& cfg = model->config();
   const Tokenizer& tok = model->tokenizer();
   const int n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
@@ -76,16 +84,22 @@ void run(const RunOptions& o) {
   if ((int)prompt.size() >= n_ctx)
     throw Error("prompt has " + std::to_string(prompt.size()) + " tokens, context is " + std::to_string(n_ctx) +
                 " (raise -c)");
-  Session session(*model, n_ctx, o.n_batch);
+  Session session(*model, n_ctx, model->n_batch());
   Sampler sampler(o.sampling, cfg.n_vocab);
   for (int32_t id : prompt) sampler.accept(id);
   TextStream stream(o.stop);
 
   StatsRecorder stats(*model);
   const double t0 = now_seconds();
+  const uint64_t heap0 = o.model_flags.verbose_load ? heap_in_use() : 0;
   stats.begin_step();
   const float* logits = session.feed(prompt).data();
   stats.end_step("prompt", (int)prompt.size());
+  if (o.model_flags.verbose_load)  // what the prompt pass allocated: KV cache + activation buffers
+    std::fprintf(stderr, "spool: debug: prompt pass (%zu tokens, %d per pass) grew the heap by %.1f MiB "
+                 "(KV %.1f MiB; scratch estimate %.1f MiB of which %.1f fixed)\n", prompt.size(), model->n_batch(),
+                 (heap_in_use() - heap0) / 1048576.0, kv_bytes_estimate(cfg, n_ctx) / 1048576.0,
+                 scratch_bytes_estimate(cfg, n_ctx, model->n_batch(), MlaForm::Auto, 1) / 1048576.0, kScratchFixedBytes / 1048576.0);
   const double t_prompt = now_seconds() - t0;
   std::vector<int32_t> generated;
   const double t1 = now_seconds();
@@ -143,7 +157,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--stop", o->stop, "Stop when this string is generated (repeatable)");
   cmd->add_option("-t,--threads", o->n_threads, "Threads (default: all cores)");
   cmd->add_option("-c,--ctx-size", o->n_ctx, "Context size in tokens (default: model's, at most 4096)");
-  cmd->add_option("-b,--batch-size", o->n_batch, "Prompt tokens per forward pass")->capture_default_str();
+  cmd->add_option("-b,--batch-size", o->n_batch,
+                  "Prompt tokens per forward pass (default: 512; streaming: as many as 1/16 of --mem-budget holds)");
   cmd->add_flag("--no-bos", o->no_bos, "Do not add BOS/EOS to the prompt");
   cmd->add_flag("--chat", o->chat, "Treat the prompt as a user message and apply the model's chat template");
   cmd->add_option("--system", o->system, "With --chat: a system message before the user's");

@@ -1,0 +1,219 @@
+// Activation scratch and prefill passes under a memory budget: the scratch
+// estimate covers what a prefill really allocates (heap growth, measured);
+// MLA attention and the dense FFN, which go through long batches in token
+// chunks with buffers shared by every layer, give the same logits as short
+// batches (batch-invariant matmul, so any difference is a chunking error);
+// streaming equals resident for a whole prompt in one pass; the residency plan
+// keeps more bytes resident as the budget grows and stays inside it; and
+// `spool run` without -b prefills a prompt in one pass under a budget, and one
+// pass reads each streamed weight at most once where small batches re-read.
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "core/matmul.h"
+#include "model/model.h"
+#include "runtime/session.h"
+#include "weights/streaming_store.h"
+
+using namespace spool;
+using namespace spool::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kGguf = std::string(SPOOL_SHARED_DIR) + "/fixtures/gguf/";
+
+uint64_t heap_in_use() {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+std::vector<int32_t> long_prompt(const Model& m, int n) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((int32_t)((i * 37 + 11) % m.config().n_vocab));
+  return ids;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::unique_ptr<Model> load_streaming(const std::string& path, uint64_t weight_budget) {
+  LoadOptions o;
+  o.n_threads = 2;
+  o.weight_budget = weight_budget;
+  return load_model(path, o);
+}
+
+class ScratchFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ScratchFixture, EstimateCoversWhatAPrefillAllocates) {
+  auto m = load_model(kGguf + GetParam(), LoadOptions{2});
+  const int n_ctx = 160, n = 150;
+  const std::vector<int32_t> prompt = long_prompt(*m, n);
+  Session s(*m, n_ctx, n);
+  const uint64_t before = heap_in_use();
+  s.feed(prompt, true);  // all logits: the estimate counts a logits row per token
+  const uint64_t grown = heap_in_use() - before;
+  const uint64_t est = scratch_bytes_estimate(m->config(), n_ctx, n) - kScratchFixedBytes +
+                       kv_bytes_estimate(m->config(), n_ctx);
+  std::printf("[ scratch  ] %s: %d tokens grew the heap %.3f MiB, estimate (KV + scratch - fixed) %.3f MiB\n",
+              GetParam(), n, grown / 1048576.0, est / 1048576.0);
+  EXPECT_LE(grown, est) << GetParam();
+  EXPECT_GE(grown * 4, est) << GetParam() << ": the estimate is far above what is used";
+}
+
+// `run` keeps one logits row (LoadOptions::n_logits = 1): a fresh model's prefill
+// without all logits fits that estimate, which is smaller by the other rows.
+TEST_P(ScratchFixture, OneLogitsRowEstimateCoversAPlainPrefill) {
+  auto m = load_model(kGguf + GetParam(), LoadOptions{2});
+  const int n_ctx = 160, n = 150;
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(scratch_bytes_estimate(c, n_ctx, n) - scratch_bytes_estimate(c, n_ctx, n, MlaForm::Auto, 1),
+            (uint64_t)(n - 1) * c.n_vocab * sizeof(float));
+  Session s(*m, n_ctx, n);
+  const uint64_t before = heap_in_use();
+  s.feed(long_prompt(*m, n));
+  const uint64_t grown = heap_in_use() - before;
+  EXPECT_LE(grown, scratch_bytes_estimate(c, n_ctx, n, MlaForm::Auto, 1) - kScratchFixedBytes + kv_bytes_estimate(c, n_ctx))
+      << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ScratchFixture,
+                         ::testing::Values("deepseek3-tiny.f32.gguf", "deepseek3-tiny.q8_0.gguf",
+                                           "mixtral-tiny.f32.gguf", "qwen2-tiny.f32.gguf"));
+
+// In batch-invariant mode every matmul row depends on that row only, so a
+// 70-token pass (MLA in chunks 32 + 32 + 6, the dense FFN in 64 + 6) must give
+// exactly the logits of passes of 7 tokens (one chunk each).
+TEST(StreamingScratch, ChunkedMlaAndDenseFfnEqualShortBatches) {
+  for (const char* file : {"deepseek3-tiny.f32.gguf", "deepseek3-tiny.q8_0.gguf"}) {
+    set_matmul_batch_invariant(true);
+    auto m = load_model(kGguf + file, LoadOptions{2});
+    const std::vector<int32_t> prompt = long_prompt(*m, 70);
+    Session one(*m, 128, 70), short_passes(*m, 128, 7), odd(*m, 128, 33);  // 33 = 32 + 1 left: 31 + 2
+    const std::vector<float> a = one.feed(prompt, true);
+    EXPECT_TRUE(bitwise_equal(a, short_passes.feed(prompt, true))) << file;
+    EXPECT_TRUE(bitwise_equal(a, odd.feed(prompt, true))) << file;
+    set_matmul_batch_invariant(false);
+  }
+}
+
+TEST(StreamingScratch, StreamingEqualsResidentWithTheWholePromptInOnePass) {
+  const std::string path = kGguf + "deepseek3-tiny.f32.gguf";
+  auto resident = load_model(path, LoadOptions{2});
+  uint64_t min_budget = 0;
+  {
+    auto probe = load_streaming(path, 1ull << 30);
+    min_budget = static_cast<StreamingStore&>(probe->weights()).minimum_budget();
+  }
+  auto streaming = load_streaming(path, min_budget);
+  auto run = [](Model& m) {
+    Session s(m, 128, 100);
+    std::vector<float> out = s.feed(long_prompt(m, 90), true);
+    const int V = m.config().n_vocab;
+    for (int k = 0; k < 4; ++k) {
+      const float* l = out.data() + out.size() - V;
+      const std::vector<float>& step = s.feed({(int32_t)(std::max_element(l, l + V) - l)});
+      out.insert(out.end(), step.begin(), step.end());
+    }
+    return out;
+  };
+  EXPECT_TRUE(bitwise_equal(run(*resident), run(*streaming)));
+  EXPECT_GT(streaming->weights().stats_snapshot().evictions, 0u);
+}
+
+// From the smallest budget up to one that holds everything: the plan stays
+// inside the budget and never keeps fewer bytes resident with more room.
+TEST(StreamingScratch, ResidencyGrowsWithTheBudgetAndStaysInside) {
+  for (const char* file : {"deepseek3-tiny.q8_0.gguf", "qwen2-tiny.f32.gguf"}) {
+    const std::string path = kGguf + file;
+    uint64_t lo = 0;
+    {
+      auto probe = load_streaming(path, 1ull << 30);
+      lo = static_cast<StreamingStore&>(probe->weights()).minimum_budget();
+    }
+    const uint64_t hi = fs::file_size(path) * 2;
+    uint64_t last_resident = 0;
+    for (int k = 0; k <= 12; ++k) {
+      const uint64_t budget = lo + (hi - lo) * k / 12;
+      auto m = load_streaming(path, budget);
+      const StoreStats st = m->weights().stats_snapshot();
+      EXPECT_LE(st.arena_bytes + st.resident_bytes, budget) << file << " " << budget;
+      EXPECT_GE(st.resident_bytes, last_resident) << file << " " << budget;
+      last_resident = st.resident_bytes;
+    }
+  }
+}
+
+// The prompt step's bytes read (stats JSON) for a prompt of 60 tokens; -1 when the run fails.
+int64_t prompt_bytes(const std::string& model, const std::string& budget, const std::string& extra,
+                      const fs::path& json, std::string* err) {
+  std::string ids;
+  for (int i = 0; i < 60; ++i) ids += (i ? "," : "") + std::to_string((i * 37 + 11) % 100);
+  int status = -1;
+  *err = run_stdout(std::string(SPOOL_BIN) + " run -m " + model + " -t 2 -c 128 --prompt-ids " + ids +
+                        " -n 1 --temp 0 --mem-budget " + budget + " " + extra + " --stats-json " + json.string() +
+                        " 2>&1 >/dev/null",
+                    &status);
+  if (status != 0) return -1;
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  return j["per_token"][0]["bytes_read"].get<int64_t>();
+}
+
+TEST(StreamingScratch, RunPrefillsThePromptInOnePassUnderABudget) {
+  char tmpl[] = "/tmp/spool_scratch_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const fs::path dir = tmpl;
+  const std::string model = kGguf + "deepseek3-tiny.q8_0.gguf";
+  // The smallest budget the CLI accepts (its error says), plus 1/8 for the batch's scratch.
+  std::string err;
+  EXPECT_EQ(prompt_bytes(model, "1M", "", dir / "a.json", &err), -1);
+  const size_t at = err.find("give at least ");
+  ASSERT_NE(at, std::string::npos) << err;
+  const uint64_t need_mib = std::stoull(err.substr(at + 14));
+  const std::string budget = std::to_string(need_mib + need_mib / 8) + "M";
+  ASSERT_GE(prompt_bytes(model, budget, "", dir / "b.json", &err), 0) << err;
+  const size_t per = err.find(" tokens per pass)");
+  ASSERT_NE(per, std::string::npos) << err;
+  const int n_batch = std::stoi(err.substr(err.rfind('(', per) + 1));
+  EXPECT_GE(n_batch, 60) << err;  // the whole prompt in one pass
+  EXPECT_LE(n_batch, 128) << err;  // at most -c
+  fs::remove_all(dir);
+}
+
+// Under the smallest budget (every expert slot evicted as a prompt goes
+// through), one pass of 60 tokens reads each streamed weight at most once;
+// ten passes of 6 re-read them.
+TEST(StreamingScratch, OnePassReadsEachStreamedWeightAtMostOnce) {
+  const std::string path = kGguf + "deepseek3-tiny.q8_0.gguf";
+  uint64_t min_budget = 0;
+  {
+    auto probe = load_streaming(path, 1ull << 30);
+    min_budget = static_cast<StreamingStore&>(probe->weights()).minimum_budget();
+  }
+  auto prompt_read = [&](int n_batch) {
+    auto m = load_streaming(path, min_budget);
+    const uint64_t before = m->weights().stats_snapshot().bytes_read;
+    Session s(*m, 128, n_batch);
+    s.feed(long_prompt(*m, 60));
+    return m->weights().stats_snapshot().bytes_read - before;
+  };
+  const uint64_t one = prompt_read(60), ten = prompt_read(6);
+  EXPECT_GT(one, 0u);
+  EXPECT_LE(one, fs::file_size(path));
+  EXPECT_LT(one * 2, ten);
+}
+
+}  // namespace
