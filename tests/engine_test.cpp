@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/kv_paged.h"
 #include "runtime/engine.h"
 #include "test_util.h"
 
@@ -340,4 +341,32 @@ TEST(Engine, SeededSamplingIsReproducibleAcrossBatching) {
     return out;
   };
   EXPECT_EQ(run(false), run(true));
+}
+
+// An F16 KV cache (--kv-type f16): the engine still gives every request
+// exactly what it gives it alone and what a Session gives (the same F16 cache),
+// and the pool holds half the bytes per block.
+TEST(Engine, F16KvCacheKeepsConcurrentEqualsSequential) {
+  for (const char* path : {"/models/stories260K.gguf", "/fixtures/gguf/qwen2-tiny.f32.gguf"}) {
+    SCOPED_TRACE(path);
+    LoadOptions lo{2};
+    lo.kv_type = DType::F16;
+    auto model = load_model(kShared + path, lo);
+    ASSERT_EQ(model->kv_shape().type, DType::F16);
+    auto f32_model = load_model(kShared + path, LoadOptions{2});
+    EXPECT_EQ(PagedKvCache::block_bytes(model->kv_shape(), 8) * 2, PagedKvCache::block_bytes(f32_model->kv_shape(), 8));
+    const auto prompts = make_prompts(*model, 6);
+    const int n = 20;
+    EngineOptions o;
+    o.n_ctx = 128;
+    o.max_batch_tokens = 20;
+    o.block_size = 8;
+    auto engine = make_engine(*model, o);
+    const auto one_by_one = run_all(*engine, prompts, n, false);
+    const auto together = run_all(*engine, prompts, n, true);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(test::join(one_by_one[i]), test::join(test::greedy(*model, prompts[i], n))) << "prompt " << i;
+      EXPECT_EQ(test::join(together[i]), test::join(one_by_one[i])) << "prompt " << i;
+    }
+  }
 }

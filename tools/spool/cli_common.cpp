@@ -45,6 +45,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   cmd->add_flag("--verbose-load", f.verbose_load, "Per-tensor load timings on stderr (also SPOOL_LOG=debug)");
   cmd->add_option("--convert", f.convert,
                   "Convert matmul weights at load into TYPE (q8_0, q4_0, f16, ...): faster, in memory, not exact");
+  cmd->add_option("--kv-type", f.kv_type,
+                  "KV cache element type: f32, or f16 (half the KV memory and attention reads; MLA caches stay f32)")
+      ->capture_default_str();
 }
 
 uint64_t parse_size(const std::string& s) {
@@ -78,6 +81,9 @@ std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, 
   opt.cache_policy = f.cache_policy;
   opt.speculate = !f.no_speculate;
   opt.verbose = f.verbose_load;
+  if (f.kv_type == "f16" || f.kv_type == "F16") opt.kv_type = DType::F16;
+  else if (f.kv_type != "f32" && f.kv_type != "F32")
+    throw Error("--kv-type: expected f32 or f16, got '" + f.kv_type + "'");
   if (!f.convert.empty()) {
     opt.convert = dtype_from_name(f.convert);
     if (!opt.convert) throw Error("--convert: unknown type '" + f.convert + "' (try q8_0, q4_0, f16)");

@@ -23,6 +23,7 @@ struct ModelFlags {
   bool no_speculate = false;
   bool verbose_load = false;
   std::string convert;              // --convert TYPE: matmul weights converted at load ("" = as stored)
+  std::string kv_type = "f32";      // --kv-type: KV cache element type (f32, f16)
 };
 void add_model_flags(CLI::App* cmd, ModelFlags& f);
 // 512, 64K, 1.5G, 8G (binary units); throws spool::Error on anything else.
