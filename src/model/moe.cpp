@@ -230,6 +230,11 @@ void guess_next_experts(WeightStore& store, ThreadPool& pool, const ModelConfig&
                         const float* xn, int n_tokens, MoeScratch& s) {
   if (!store.wants_expert_guess()) return;
   const int n_expert = c.n_expert, k = c.n_expert_used;
+  // A batch routing to more than half the experts (a prompt chunk) reads most
+  // of the layer through its own prefetch anyway; guesses would only add
+  // wrong reads and evict (measured at 4G with the disk capped: TTFT 11.1 s
+  // guessing, 8.7 s not).
+  if ((int64_t)n_tokens * k > n_expert / 2) return;
   if (s.logits.size() < (size_t)n_tokens * n_expert) s.logits.resize((size_t)n_tokens * n_expert);
   if (s.ids.size() < (size_t)n_tokens * k) s.ids.resize((size_t)n_tokens * k);
   if (s.weights.size() < (size_t)n_tokens * k) s.weights.resize((size_t)n_tokens * k);

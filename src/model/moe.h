@@ -75,6 +75,7 @@ void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& cfg, c
 // Speculative expert prefetch (streaming stores only: nothing happens unless
 // store.wants_expert_guess()): applies layer `next`'s router to xn, this
 // layer's MoE input, and tells the store which experts it expects there.
+// Skipped for batches that route to more than half the experts (prompt chunks).
 // Uses s's router buffers (moe_forward recomputes them).
 void guess_next_experts(WeightStore& store, ThreadPool& pool, const ModelConfig& cfg, const MoeLayerWeights& next,
                         const float* xn, int n_tokens, MoeScratch& s);
