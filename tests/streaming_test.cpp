@@ -118,6 +118,32 @@ TEST(Streaming, SpeculationIsScoredOnDeepseek) {
   EXPECT_LE(st.spec_correct, st.spec_routed);
 }
 
+// Guesses are for decode steps: a prompt chunk routing to more than half the
+// experts makes none (its own prefetch reads them), single tokens do. With
+// adaptation off, so that the outcome does not depend on this disk's speed.
+TEST(Streaming, NoGuessesForPromptChunksOnlyForDecodeSteps) {
+  LoadOptions o;
+  o.n_threads = 2;
+  o.weight_budget = 256ull << 20;
+  o.adapt_speculation = false;
+  auto m = load_model(kGguf + "deepseek3-tiny.f32.gguf", o);
+  ASSERT_GT(m->config().n_expert, 0);
+  Session s(*m, 64);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 16; ++i) prompt.push_back(3 + 5 * i);  // 16 x top-2 routings over 8 experts
+  s.feed(prompt);
+  EXPECT_EQ(m->weights().stats_snapshot().spec_predicted, 0u);
+  for (int k = 0; k < 3; ++k) s.feed({(int32_t)(7 + k)});
+  EXPECT_GT(m->weights().stats_snapshot().spec_predicted, 0u);
+}
+
+TEST(Streaming, SpeculationAdaptsToIoWaitWithHysteresis) {
+  EXPECT_FALSE(speculation_after_pass(true, 0.8));   // reads dominate: stop guessing
+  EXPECT_FALSE(speculation_after_pass(false, 0.45)); // in between: stay off
+  EXPECT_TRUE(speculation_after_pass(true, 0.45));   // ... or on
+  EXPECT_TRUE(speculation_after_pass(false, 0.1));   // compute dominates: guess again
+}
+
 TEST(Streaming, QuantizedModelMatchesResidentClosely) {
   // Q8_0: the resident store repacks every matmul weight; the streaming store
   // packs its resident tensors and runs streamed experts unpacked, so results

@@ -144,6 +144,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   StreamingOptions so;
   so.policy = options.cache_policy;
   so.speculate = options.speculate;
+  so.adapt_speculation = options.adapt_speculation;
   so.pack_resident = options.pack_streaming;
   so.verbose = options.verbose || (log && std::string(log) == "debug");
   if (mode == WeightMode::Streaming)

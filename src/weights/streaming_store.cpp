@@ -240,10 +240,9 @@ class StreamingStoreImpl final : public StreamingStore {
   // guessing stops until waits fall well below that again. Caller holds mu_.
   void adapt_guessing() {
     const uint64_t now = now_ns();
-    if (pass_start_ns_ != 0 && now > pass_start_ns_) {
+    if (opt_.adapt_speculation && pass_start_ns_ != 0 && now > pass_start_ns_) {
       const double waited = (double)(stats_.io_wait_ns - pass_wait_ns_) / (double)(now - pass_start_ns_);
-      if (waited > kGuessOffAbove) guess_on_ = false;
-      else if (waited < kGuessOnBelow) guess_on_ = true;
+      guess_on_ = speculation_after_pass(guess_on_, waited);
     }
     pass_start_ns_ = now;
     pass_wait_ns_ = stats_.io_wait_ns;
@@ -782,9 +781,6 @@ class StreamingStoreImpl final : public StreamingStore {
   std::vector<std::thread> io_threads_;
   std::map<int, std::set<int>> guess_;  // layer -> guessed experts
   int current_layer_ = -1;
-  // adapt_guessing(): the share of a pass spent waiting for reads above which
-  // guessing stops, and below which it resumes.
-  static constexpr double kGuessOffAbove = 0.6, kGuessOnBelow = 0.3;
   std::atomic<bool> guess_on_{true};
   uint64_t pass_start_ns_ = 0, pass_wait_ns_ = 0;
   uint64_t tick_ = 0;
@@ -793,6 +789,13 @@ class StreamingStoreImpl final : public StreamingStore {
 };
 
 }  // namespace
+
+bool speculation_after_pass(bool on, double io_wait_share) {
+  constexpr double kOffAbove = 0.6, kOnBelow = 0.3;
+  if (io_wait_share > kOffAbove) return false;
+  if (io_wait_share < kOnBelow) return true;
+  return on;
+}
 
 std::unique_ptr<StreamingStore> make_streaming_store(Manifest manifest, const StreamingOptions& options) {
   return std::make_unique<StreamingStoreImpl>(std::move(manifest), options);

@@ -29,6 +29,7 @@ struct StreamingOptions {
   int io_threads = 2;
   bool pack_resident = true;   // repack resident matmul weights for the packed kernels
   bool speculate = true;       // accept guess_experts() hints
+  bool adapt_speculation = true;  // stop guessing while reads dominate (speculation_after_pass)
   bool verbose = false;        // per-tensor load timings on stderr
   StorageOptions storage;
 };
@@ -50,5 +51,10 @@ class StreamingStore : public WeightStore {
 };
 
 std::unique_ptr<StreamingStore> make_streaming_store(Manifest manifest, const StreamingOptions& options);
+
+// Whether guessing stays on after a forward pass that spent `io_wait_share`
+// of its time waiting for reads: off above 60 % (the disk is the bottleneck,
+// a wrong guess costs its whole read), back on below 30 %, unchanged between.
+bool speculation_after_pass(bool on, double io_wait_share);
 
 }  // namespace spool
