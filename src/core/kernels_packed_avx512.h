@@ -35,8 +35,8 @@ inline __m512i bcast4(const void* p) {
 // activation rows per tile the kernel spends many cycles per weight byte and
 // the hardware prefetcher alone leaves DRAM latency exposed: on 0.5 GB of
 // packed Q4_0 weights, 2 threads, an 8-row matmul took 23.8 ms without and
-// 16.5 ms with it (4 rows: 20.1 -> 14.1 ms; 1 and 2 rows: within noise). Past the end it is harmless: a
-// prefetch never faults.
+// 16.5 ms with it (4 rows: 20.1 -> 14.1 ms; 1 and 2 rows: within noise).
+// Past the end it is harmless: a prefetch never faults.
 constexpr size_t kPrefetchAhead = 4096;
 constexpr int kPrefetchMinTokens = 2;  // one row: neutral (measured), left to the hardware prefetcher
 template <int kLines>

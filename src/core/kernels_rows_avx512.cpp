@@ -58,10 +58,6 @@ void axpy_rows(int64_t d, const float* w, const float* v, size_t stride, int64_t
   }
 }
 
-// Up to 4 queries per pass over the rows: each 16-float slice of a row is
-// loaded once and multiplied into every query's accumulator (the queries'
-// slices come from L1), so the rows, usually far from the core, are read
-// ceil(n_q / 4) times instead of n_q times.
 // Cached rows of a step's earlier tokens are rarely still in cache and are
 // strided (one row per position), which the hardware prefetcher follows
 // poorly: prefetch the row kRowsAhead positions on.
@@ -75,6 +71,10 @@ inline void prefetch_row(const T* r, int64_t d) {
 inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 inline __m512 load16(const uint16_t* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
 
+// Up to 4 queries per pass over the rows: each 16-float slice of a row is
+// loaded once and multiplied into every query's accumulator (the queries'
+// slices come from L1), so the rows, usually far from the core, are read
+// ceil(n_q / 4) times instead of n_q times.
 template <int H, class T>
 void dot_rows_heads(int64_t d, const float* q, const T* k, size_t stride, int64_t n, float* out, size_t out_stride) {
   for (int64_t p = 0; p < n; ++p) {

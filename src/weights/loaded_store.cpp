@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <mutex>
 
-#include <sys/mman.h>
 
 #include "core/error.h"
+#include "core/huge_alloc.h"
 #include "storage/storage.h"
 #include "weights/weight_store.h"
 
@@ -19,25 +19,12 @@ namespace spool {
 
 namespace {
 
-struct Free {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, Free>;
+using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
 
 // 64-byte aligned; buffers of 2 MiB and more are 2 MiB aligned and marked for
 // transparent huge pages (weights are streamed once per token).
 Buffer alloc_buffer(size_t bytes, const std::string& what) {
-  constexpr size_t kHuge = 2u << 20;
-  void* p;
-  if (bytes < kHuge) {
-    p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
-  } else {
-    const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
-    p = std::aligned_alloc(kHuge, size);
-#ifdef MADV_HUGEPAGE
-    if (p) madvise(p, size, MADV_HUGEPAGE);
-#endif
-  }
+  void* p = alloc_huge(std::max<size_t>(bytes, 64));
   if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes for " + what);
   return Buffer(static_cast<uint8_t*>(p));
 }

@@ -64,9 +64,6 @@ const float* WeightRef::f32() const {
 
 namespace {
 
-// Packed weights are streamed once per token: on huge pages (core/huge_alloc.h).
-void* alloc_weight_buffer(size_t bytes) { return alloc_huge(bytes); }
-
 class ResidentStore final : public WeightStore {
  public:
   explicit ResidentStore(Manifest m) : WeightStore(std::move(m)) {
@@ -86,7 +83,7 @@ class ResidentStore final : public WeightStore {
       const MatView mv = ref.mat();
       const size_t bytes = packed_matrix_bytes(mv);
       if (bytes == 0) continue;
-      void* buf = alloc_weight_buffer(bytes);
+      void* buf = alloc_huge(bytes);  // packed weights stream once per token: huge pages
       if (!buf) throw Error("out of memory packing '" + t->name + "'");
       pack_matrix(mv, buf, pool);
       packed_[t].reset(static_cast<uint8_t*>(buf));
