@@ -27,6 +27,30 @@ def machine_info():
     return f"{model}, nproc {os.cpu_count()} ({os.uname().sysname} {os.uname().machine})"
 
 
+def cpu_flags():
+    """The SIMD flags that pick kernels (x86: avx2/fma/f16c/avx512*/vnni; arm: asimddp/i8mm)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith(("flags", "Features")):
+                flags = line.split(":", 1)[1].split()
+                keep = [f for f in flags if re.match(r"(avx|fma|f16c|amx|asimd|i8mm|sve|bf16)", f)]
+                return " ".join(sorted(set(keep)))
+    except OSError:
+        pass
+    return "?"
+
+
+def membw(run_dir):
+    """Median GB/s of the spool_membw runs in run_dir, or None."""
+    vals = []
+    for f in glob.glob(os.path.join(run_dir, "membw-*.json")):
+        try:
+            vals.append(json.load(open(f))["read_gb_s"])
+        except (OSError, ValueError, KeyError):
+            pass
+    return statistics.median(vals) if vals else None
+
+
 def replace_section(path, marker, body):
     begin, end = f"<!-- BEGIN {marker} -->", f"<!-- END {marker} -->"
     text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
@@ -44,7 +68,8 @@ def spool_samples(path):
     out, info = {}, {}
     for r in json.load(open(path)):
         out.setdefault(r["test"], []).extend(r["samples"])
-        info = {"isa": r.get("isa", "?"), "type": r.get("type", "?")}
+        info = {"isa": r.get("isa", "?"), "type": r.get("type", "?"),
+                "bytes": r.get("weight_bytes_per_token", 0)}
     return out, info
 
 
@@ -61,6 +86,7 @@ def llama_samples(path):
 
 def speed(args):
     rows, spool_info, llama_info = [], {}, {}
+    bw = membw(args.run_dir)
     for t in args.types.split():
         spool, llama = {}, {}
         for f in sorted(glob.glob(os.path.join(args.run_dir, f"spool-{t}-[0-9]*.json"))):
@@ -75,24 +101,32 @@ def speed(args):
             a, b = spool.get(test, []), llama.get(test, [])
             ma = statistics.median(a) if a else float("nan")
             mb = statistics.median(b) if b else float("nan")
+            share = ""
+            if test.startswith("tg") and bw and spool_info.get("bytes"):
+                gb = spool_info["bytes"] / 1e9
+                share = f"{100 * gb * ma / bw:.0f} % / {100 * gb * mb / bw:.0f} %"
             rows.append(f"| {args.model_label} {t} | {test} | {ma:.2f} ({len(a)}) | {mb:.2f} ({len(b)}) | "
-                        f"{ma / mb:.2f} |")
+                        f"{ma / mb:.2f} | {share} |")
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     load_start = open(os.path.join(args.run_dir, "load-start.txt")).read().strip() \
         if os.path.exists(os.path.join(args.run_dir, "load-start.txt")) else "?"
     load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
     body = f"""## spool vs llama.cpp: prefill and decode speed
 
-Measured {date} on {machine_info()}; spool kernels: {spool_info.get('isa', '?')};
-llama.cpp build {llama_info.get('build', '?')}. Synthetic random-weight models (`spool synth --preset
+Measured {date} on {machine_info()}; CPU flags: {cpu_flags()}.
+spool kernels: {spool_info.get('isa', '?')}{f" (SPOOL_ISA={args.spool_isa_env})" if args.spool_isa_env else ""};
+llama.cpp build {llama_info.get('build', '?')}{f", built {args.peer_label}" if args.peer_label else ""}.
+Memory read bandwidth (`spool_membw`, {args.threads} threads, median of the runs before and after):
+{f"{bw:.1f} GB/s" if bw else "not measured"}; the last column is weight bytes per token x tok/s / that bandwidth
+(spool / llama.cpp), the distance of decode from the memory-bound limit. Synthetic random-weight models (`spool synth --preset
 {args.preset}`), {args.threads} threads, {args.rounds} rounds alternating spool and llama-bench (the first tool
 alternates between rounds), {args.reps} repetitions per run after each tool's warm-up. Cells: median tok/s over all
 samples (sample count). Ratio > 1 means spool is faster. llama.cpp keeps its KV cache in F16, spool in F32.
 Load average (1/5/15 min) at the start: {load_start}; at the end: {load_end}. A load above the core count means
 other jobs shared the CPUs and the numbers are noisy.
 
-| model | test | spool tok/s | llama.cpp tok/s | spool / llama.cpp |
-|---|---|---|---|---|
+| model | test | spool tok/s | llama.cpp tok/s | spool / llama.cpp | share of memory bandwidth |
+|---|---|---|---|---|---|
 """ + "\n".join(rows) + f"""
 
 Commands (per model, per round):
@@ -100,9 +134,9 @@ Commands (per model, per round):
     {args.spool_cmd}
     {args.llama_cmd}
 
-Produced by `bench/compare_llamacpp.sh {args.peer}`; raw JSON in `{args.run_dir}`.
+Produced by `{f"SPOOL_ISA={args.spool_isa_env} " if args.spool_isa_env else ""}SECTION={args.section} bench/compare_llamacpp.sh {args.peer}`; raw JSON in `{args.run_dir}`.
 """
-    replace_section(args.out, "speed-vs-llamacpp", body)
+    replace_section(args.out, args.section, body)
     print(body)
 
 
@@ -152,6 +186,9 @@ def main():
     s.add_argument("--model-label", required=True)
     s.add_argument("--rounds", required=True)
     s.add_argument("--reps", required=True)
+    s.add_argument("--section", default="speed-vs-llamacpp")
+    s.add_argument("--peer-label", default="")
+    s.add_argument("--spool-isa-env", default="")
     s = sub.choices["ppl"]
     s.add_argument("--results", required=True, help="lines: LABEL SPOOL_PPL LLAMA_PPL")
     s.add_argument("--text", required=True)

@@ -9,6 +9,11 @@
 # environment (defaults):
 #   SPOOL_BIN=build/spool  SPOOL_BENCH_DIR=/tmp/spool-bench  THREADS=2  N_PROMPT=128  N_GEN=64
 #   ROUNDS=3  REPS=3  TYPES="Q4_0 Q8_0 Q4_K_M"  PRESET=tinyllama-1.1b
+#   SECTION=speed-vs-llamacpp   (the marked section of docs/BENCHMARKS.md to rewrite;
+#                                one per ISA, e.g. speed-avx2 with SPOOL_ISA=avx2)
+#   PEER_LABEL="..."            (how the peer was built, written beside the table)
+# The memory read bandwidth (build/spool_membw, same thread count) is measured
+# before and after the rounds; decode rows get each tool's share of it.
 set -euo pipefail
 
 die() { echo "compare_llamacpp: $*" >&2; exit 1; }
@@ -36,6 +41,8 @@ mkdir -p "$DIR"
 RUN="$DIR/speed-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$RUN"
 cut -d' ' -f1-3 /proc/loadavg >"$RUN/load-start.txt" 2>/dev/null || true
+MEMBW_START=${MEMBW_BIN:-$REPO/build/spool_membw}
+[ -x "$MEMBW_START" ] && "$MEMBW_START" --threads "$THREADS" --json >"$RUN/membw-start.json"
 
 model_path() { echo "$DIR/$PRESET-$1.gguf"; }
 
@@ -69,7 +76,11 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 "$REPO/bench/bench_report.py" speed --out "$REPO/docs/BENCHMARKS.md" --peer "$1" \
+MEMBW=${MEMBW_BIN:-$REPO/build/spool_membw}
+[ -x "$MEMBW" ] && "$MEMBW" --threads "$THREADS" --json >"$RUN/membw-end.json"
+
+python3 "$REPO/bench/bench_report.py" speed --section "${SECTION:-speed-vs-llamacpp}" \
+  --peer-label "${PEER_LABEL:-}" --spool-isa-env "${SPOOL_ISA:-}" --out "$REPO/docs/BENCHMARKS.md" --peer "$1" \
   --run-dir "$RUN" --types "$TYPES" --preset "$PRESET" --model-label "$PRESET" \
   --threads "$THREADS" --rounds "$ROUNDS" --reps "$REPS" \
   --spool-cmd "spool bench -m MODEL -t $THREADS -p $N_PROMPT -n $N_GEN -r $REPS --json" \

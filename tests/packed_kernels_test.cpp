@@ -13,6 +13,7 @@
 
 #include "core/kernels.h"
 #include "core/matmul.h"
+#include "core/quant_blocks.h"
 #include "core/thread_pool.h"
 
 namespace spool {
@@ -88,6 +89,67 @@ TEST(PackedKernels, MatchReferenceVecDot) {
     }
   }
   if (n_checked == 0) GTEST_SKIP() << "no packed kernels on this machine";
+}
+
+// Longer rows for the K-quants (several super-blocks per row, an odd count
+// included) than the 768 columns above.
+TEST(PackedKernels, LongKQuantRows) {
+  for (Isa isa : available_isas()) {
+    for (DType t : {DType::Q4_K, DType::Q6_K}) {
+      if (kernels_for(isa)->types[(uint32_t)t].packed.rows == 0) continue;
+      for (int64_t n_cols : {2048, 2816}) {
+        for (int64_t n_tokens : {1, 5}) check_packed(isa, t, n_cols, 21, n_tokens);
+      }
+    }
+  }
+}
+
+// Saturated weights (every Q4_K level 15 with scales and minimums 63, every
+// Q6_K level 63 with scales 127 / -128) against activations of full
+// magnitude, both signs: the widest intermediate sums of the packed kernels
+// (AVX2 adds maddubs pairs in int16) must not overflow.
+TEST(PackedKernels, SaturatedLevels) {
+  const KernelTable& ref = *kernels_for(Isa::Scalar);
+  const int64_t n_cols = 512, n_rows = 9, n_tokens = 2;
+  for (Isa isa : available_isas()) {
+    const KernelTable& k = *kernels_for(isa);
+    for (DType t : {DType::Q4_K, DType::Q6_K}) {
+      const PackedKernels& pk = k[t].packed;
+      if (pk.rows == 0) continue;
+      const size_t rb = row_bytes(t, n_cols);
+      std::vector<uint8_t> w(rb * n_rows, 0xFF);
+      const uint16_t one = 0x3C00;  // fp16 1.0
+      const size_t block_bytes = t == DType::Q4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K);
+      for (size_t off = 0; off < w.size(); off += block_bytes) {
+        if (t == DType::Q4_K) {
+          auto* b = reinterpret_cast<BlockQ4_K*>(w.data() + off);
+          b->d = b->dmin = one;
+        } else {
+          auto* b = reinterpret_cast<BlockQ6_K*>(w.data() + off);
+          b->d = one;
+          for (int s = 0; s < 16; ++s) b->scales[s] = (int8_t)(s % 2 ? -128 : 127);
+        }
+      }
+      std::vector<float> x(n_cols * n_tokens);
+      for (int64_t i = 0; i < n_cols; ++i) x[i] = 1.0f, x[n_cols + i] = -1.0f;
+      const DType vdt = dtype_traits(t).vec_dot_type;
+      const auto aq = quantize_rows(k, vdt, x, n_cols);
+      AlignedBytes packed(pk.packed_bytes(n_rows, n_cols));
+      pk.pack(w.data(), rb, n_rows, n_cols, packed.p);
+      const size_t as = pk.act_bytes(n_cols);
+      std::vector<uint8_t> act(as * n_tokens);
+      for (int64_t j = 0; j < n_tokens; ++j) pk.quantize_act(x.data() + j * n_cols, act.data() + j * as, n_cols);
+      std::vector<float> out(n_rows * n_tokens);
+      pk.gemm(n_cols, packed.p, n_rows, act.data(), as, n_tokens, out.data(), n_rows);
+      for (int64_t j = 0; j < n_tokens; ++j) {
+        for (int64_t r = 0; r < n_rows; ++r) {
+          const float want = ref[t].vec_dot(n_cols, w.data() + r * rb, aq.data() + j * row_bytes(vdt, n_cols));
+          ASSERT_NEAR(out[j * n_rows + r], want, 1e-5 * std::fabs(want))
+              << isa_name(isa) << " " << dtype_name(t) << " token " << j << " row " << r;
+        }
+      }
+    }
+  }
 }
 
 TEST(PackedKernels, MatmulPackedMatchesUnpacked) {

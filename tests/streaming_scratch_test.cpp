@@ -6,21 +6,27 @@
 // streaming equals resident for a whole prompt in one pass; the residency plan
 // keeps more bytes resident as the budget grows and stays inside it; and
 // `spool run` without -b prefills a prompt in one pass under a budget, and one
-// pass reads each streamed weight at most once where small batches re-read.
+// pass reads each streamed weight at most once where small batches re-read,
+// and read-ahead never makes a pass read a unit twice, whatever the timing.
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
 #include "core/matmul.h"
+#include "format/gguf.h"
 #include "model/model.h"
 #include "runtime/session.h"
 #include "weights/streaming_store.h"
@@ -214,6 +220,105 @@ TEST(StreamingScratch, OnePassReadsEachStreamedWeightAtMostOnce) {
   EXPECT_GT(one, 0u);
   EXPECT_LE(one, fs::file_size(path));
   EXPECT_LT(one * 2, ten);
+}
+
+// One pass driven on the store itself, the way a model makes it: every
+// streamed unit used once, layer after layer. A layer's tensors go in the
+// reverse of file order (the store reads a layer ahead in file order), up to
+// three pinned at once (the most the models pin); then its experts one at a
+// time, gate and up pinned together, then down. With `hints` the store hears
+// what a model tells it (will_use_layer, prefetch of the experts), and
+// `pause_ms` before each layer and each layer's experts lets the I/O threads
+// land every read-ahead before compute asks (read-aheads fill the slots).
+// Returns the bytes the pass read.
+uint64_t simulated_pass_bytes(const Manifest& manifest, uint64_t budget, const std::string& policy, bool hints,
+                              int pause_ms, StoreStats* stats = nullptr) {
+  StreamingOptions o;
+  o.policy = policy;
+  std::unique_ptr<StreamingStore> store = make_streaming_store(manifest, o);
+  store->set_min_expert_slots(3);  // the fixture's experts per token + 1, as load_model sets it
+  store->start(budget, nullptr);   // nothing to pack: no tensor is declared a matmul weight
+  const uint64_t before = store->stats_snapshot().bytes_read;
+  // Layer -> tensors in file order; layer -> expert -> its slices. Layer -1: outside the layers.
+  std::map<int, std::vector<const TensorEntry*>> tensors;
+  std::map<int, std::map<int, std::vector<const TensorEntry*>>> experts;
+  for (const TensorEntry& t : store->manifest().tensors) {
+    const int l = t.name.starts_with("blk.") ? std::stoi(t.name.substr(4)) : -1;
+    if (t.expert >= 0) experts[l][t.expert].push_back(&t);
+    else tensors[l].push_back(&t);
+  }
+  const int n_layer = tensors.rbegin()->first + 1;
+  auto pause = [&] { if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms)); };
+  auto use_tensors = [&](int l) {
+    const std::vector<const TensorEntry*>& ts = tensors[l];
+    for (size_t i = ts.size(); i > 0;) {  // reverse file order, two pinned at once (attention; decode)
+      std::vector<WeightRef> held;
+      for (int k = 0; k < 2 && i > 0; ++k) held.push_back(store->acquire(*ts[--i]));
+    }
+  };
+  if (hints) store->will_use_layer(0);
+  for (int l = 0; l < n_layer; ++l) {
+    if (hints) store->will_use_layer(l + 1);
+    pause();
+    use_tensors(l);
+    if (!experts.count(l)) continue;
+    std::vector<const TensorEntry*> all;
+    for (const auto& [e, slices] : experts[l]) all.insert(all.end(), slices.begin(), slices.end());
+    if (hints) store->prefetch(all);
+    pause();
+    for (auto& [e, slices] : experts[l]) {
+      EXPECT_EQ(slices.size(), 3u);
+      if (slices.size() != 3) continue;
+      // gate and up, then down, as moe_forward pins them
+      std::stable_partition(slices.begin(), slices.end(),
+                            [](const TensorEntry* t) { return t->name.find("_down_") == std::string::npos; });
+      {
+        WeightRef gate = store->acquire(*slices[0]), up = store->acquire(*slices[1]);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // between an expert's pins
+      WeightRef down = store->acquire(*slices[2]);
+    }
+  }
+  use_tensors(-1);
+  const StoreStats st = store->stats_snapshot();
+  if (stats) *stats = st;
+  return st.bytes_read - before;
+}
+
+// Read-ahead changes when a unit is read, never how often: a pass that uses
+// each streamed unit once reads exactly the bytes it reads without any hint,
+// under the smallest budget (tensors and experts stream, three slots each) and
+// with every tensor resident and six expert slots, for each eviction policy,
+// both when the I/O threads land every read-ahead before compute asks and
+// when compute races them.
+TEST(StreamingScratch, ReadAheadNeverMakesAPassReadAUnitTwice) {
+  const std::string path = kGguf + "deepseek3-tiny.q8_0.gguf";
+  gguf::File f = gguf::open(path);
+  split_expert_tensors(f.manifest);
+  uint64_t min_budget = 0, roomy = 0;
+  {
+    std::unique_ptr<StreamingStore> probe = make_streaming_store(f.manifest, StreamingOptions{});
+    probe->set_min_expert_slots(3);
+    min_budget = probe->minimum_budget();
+    probe->start(1ull << 30, nullptr);
+    const StoreStats st = probe->stats_snapshot();
+    roomy = st.resident_bytes + 6 * st.expert_slot_bytes;
+  }
+  for (const uint64_t budget : {min_budget, roomy}) {
+    for (const char* policy : {"lru", "lfu", "lru2"}) {
+      const uint64_t plain = simulated_pass_bytes(f.manifest, budget, policy, false, 0);
+      EXPECT_GT(plain, 0u);
+      for (const int pause_ms : {20, 0}) {
+        StoreStats st;
+        EXPECT_EQ(simulated_pass_bytes(f.manifest, budget, policy, true, pause_ms, &st), plain)
+            << st.tensor_slots << " tensor slots, " << st.expert_slots << " expert slots, " << policy << ", pause "
+            << pause_ms << " ms";
+        // Some read-ahead happened: not every queued unit was dropped (no room, or looked up first).
+        if (pause_ms > 0)
+          EXPECT_GT(st.prefetch_issued, st.prefetch_dropped) << st.expert_slots << " expert slots, " << policy;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -42,32 +42,79 @@ const uint8_t* convert_activations(ThreadPool& pool, const KernelTable& k, DType
 
 // The packed path: activations converted by the type's quantize_act, then
 // tasks of whole row groups, each over every token (the group's weights stay
-// in cache while the activation tiles stream past).
-void matmul_packed(ThreadPool& pool, const PackedKernels& pk, const MatView& w, const float* x,
-                   int64_t n_tokens, float* y, std::vector<uint8_t>& scratch) {
-  const int64_t n_cols = w.n_cols, n_rows = w.n_rows;
+// in cache while the activation tiles stream past). Several matrices that
+// read the same input (Q/K/V, gate/up) share one conversion per activation
+// format and one pool job, so a decode step pays one barrier for them all.
+struct PackedJob {
+  const PackedKernels* pk;
+  const MatView* w;
+  float* y;
+  const uint8_t* act = nullptr;  // converted activations (shared by jobs of one format)
+  int64_t groups_per_task = 0, n_tasks = 0;
+};
+
+void convert_packed_activations(ThreadPool& pool, const PackedKernels& pk, const float* x, int64_t n_cols,
+                                int64_t n_tokens, uint8_t* act) {
   const size_t as = pk.act_bytes(n_cols);
-  scratch.resize(as * n_tokens);
-  uint8_t* act = scratch.data();
   auto convert = [&](int64_t t, int) { pk.quantize_act(x + t * n_cols, act + t * as, n_cols); };
   if (n_tokens * n_cols < 64 * 1024) {
     for (int64_t t = 0; t < n_tokens; ++t) convert(t, 0);
   } else {
     pool.run(n_tokens, convert);
   }
-  const int64_t n_groups = (n_rows + pk.rows - 1) / pk.rows;
-  const size_t group_bytes = pk.packed_bytes(pk.rows, n_cols);
+}
+
+void run_packed_jobs(ThreadPool& pool, std::vector<PackedJob>& jobs, const float* x, int64_t n_tokens,
+                     std::vector<uint8_t>& scratch) {
+  // One converted copy per distinct activation format.
+  std::vector<size_t> offset(jobs.size());
+  size_t total = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    size_t j = 0;
+    while (j < i && jobs[j].pk->quantize_act != jobs[i].pk->quantize_act) ++j;
+    if (j < i) {
+      offset[i] = offset[j];
+    } else {
+      offset[i] = total;
+      total += jobs[i].pk->act_bytes(jobs[i].w->n_cols) * n_tokens;
+    }
+  }
+  scratch.resize(total);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    size_t j = 0;
+    while (j < i && jobs[j].pk->quantize_act != jobs[i].pk->quantize_act) ++j;
+    if (j == i) convert_packed_activations(pool, *jobs[i].pk, x, jobs[i].w->n_cols, n_tokens, scratch.data() + offset[i]);
+  }
   // Decode: several tasks per thread for balance. Prefill: fewer, bigger
   // tasks (each costs a pass over all activations), but every thread busy.
   const int64_t tasks_wanted = (int64_t)pool.size() * (n_tokens == 1 ? 8 : 4);
-  const int64_t groups_per_task = std::max<int64_t>(1, n_groups / tasks_wanted);
-  const int64_t n_tasks = (n_groups + groups_per_task - 1) / groups_per_task;
-  const auto* packed = static_cast<const uint8_t*>(w.packed);
-  pool.run(n_tasks, [&](int64_t task, int) {
-    const int64_t g0 = task * groups_per_task, r0 = g0 * pk.rows;
-    const int64_t nr = std::min(n_rows, (g0 + groups_per_task) * pk.rows) - r0;
-    pk.gemm(n_cols, packed + g0 * group_bytes, nr, act, as, n_tokens, y + r0, (size_t)n_rows);
+  int64_t all_tasks = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    PackedJob& jb = jobs[i];
+    jb.act = scratch.data() + offset[i];
+    const int64_t n_groups = (jb.w->n_rows + jb.pk->rows - 1) / jb.pk->rows;
+    jb.groups_per_task = std::max<int64_t>(1, n_groups / tasks_wanted);
+    jb.n_tasks = (n_groups + jb.groups_per_task - 1) / jb.groups_per_task;
+    all_tasks += jb.n_tasks;
+  }
+  pool.run(all_tasks, [&](int64_t task, int) {
+    size_t i = 0;
+    while (task >= jobs[i].n_tasks) task -= jobs[i++].n_tasks;
+    const PackedJob& jb = jobs[i];
+    const PackedKernels& pk = *jb.pk;
+    const int64_t n_rows = jb.w->n_rows, n_cols = jb.w->n_cols;
+    const size_t group_bytes = pk.packed_bytes(pk.rows, n_cols);
+    const int64_t g0 = task * jb.groups_per_task, r0 = g0 * pk.rows;
+    const int64_t nr = std::min(n_rows, (g0 + jb.groups_per_task) * pk.rows) - r0;
+    pk.gemm(n_cols, static_cast<const uint8_t*>(jb.w->packed) + g0 * group_bytes, nr, jb.act,
+            pk.act_bytes(n_cols), n_tokens, jb.y + r0, (size_t)n_rows);
   });
+}
+
+void matmul_packed(ThreadPool& pool, const PackedKernels& pk, const MatView& w, const float* x,
+                   int64_t n_tokens, float* y, std::vector<uint8_t>& scratch) {
+  std::vector<PackedJob> jobs = {PackedJob{&pk, &w, y}};
+  run_packed_jobs(pool, jobs, x, n_tokens, scratch);
 }
 
 // Block-scaled weights (F8_E4M3 with a scale grid), float activations. One
@@ -240,6 +287,30 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
            (int)nc, y + t0 * n_rows + r0, (size_t)n_rows);
     }
   });
+}
+
+void matmul_many(ThreadPool& pool, const MatView* const* w, float* const* y, int n_mats, const float* x,
+                 int64_t n_tokens, std::vector<uint8_t>& scratch) {
+  if (n_tokens <= 0) return;
+  const KernelTable& k = kernels();
+  std::vector<PackedJob> jobs;
+  for (int i = 0; i < n_mats; ++i) {
+    const bool packed = w[i]->packed && k[w[i]->type].packed.rows > 0 && !w[i]->block_scale;
+    SPOOL_CHECK(w[i]->n_cols == w[0]->n_cols);
+    if (packed && w[i]->n_rows > 0) {
+      jobs.push_back(PackedJob{&k[w[i]->type].packed, w[i], y[i]});
+    } else {
+      matmul(pool, *w[i], x, n_tokens, y[i], scratch);
+    }
+  }
+  if (!jobs.empty()) run_packed_jobs(pool, jobs, x, n_tokens, scratch);
+}
+
+void matmul_pair(ThreadPool& pool, const MatView& a, const MatView& b, const float* x, int64_t n_tokens, float* ya,
+                 float* yb, std::vector<uint8_t>& scratch) {
+  const MatView* w[2] = {&a, &b};
+  float* y[2] = {ya, yb};
+  matmul_many(pool, w, y, 2, x, n_tokens, scratch);
 }
 
 void get_row(const MatView& w, int64_t r, float* out) {

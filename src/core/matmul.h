@@ -48,6 +48,16 @@ void pack_matrix(const MatView& w, void* out, ThreadPool* pool);
 void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens, float* y,
             std::vector<uint8_t>& scratch);
 
+// Several matrices applied to the same input x (Q/K/V, gate/up): y[i] =
+// x W[i]^T. Matrices with a packed copy share one activation conversion per
+// format and one pool job; the others go through matmul() one by one. Each
+// result equals matmul()'s for that matrix alone.
+void matmul_many(ThreadPool& pool, const MatView* const* w, float* const* y, int n_mats, const float* x,
+                 int64_t n_tokens, std::vector<uint8_t>& scratch);
+// The common pair (a feed-forward's gate and up): ya = x a^T, yb = x b^T.
+void matmul_pair(ThreadPool& pool, const MatView& a, const MatView& b, const float* x, int64_t n_tokens, float* ya,
+                 float* yb, std::vector<uint8_t>& scratch);
+
 // Batch-invariant mode, per calling thread (the serving engine turns it on):
 // a single activation row goes through the same tile kernels as a row inside
 // a batch (it is run as a batch of two copies), instead of the per-row decode

@@ -146,8 +146,7 @@ class Deepseek2Model final : public Model {
     for (int t0 = 0, nc; t0 < n; t0 += nc) {
       nc = std::min(chunk, n - t0);
       if (n - t0 - nc == 1) --nc;
-      matmul(pool(), gate.mat(), xn + t0 * d, nc, gate_.data(), mm_);  // [nc, n_ff]
-      matmul(pool(), up.mat(), xn + t0 * d, nc, up_.data(), mm_);      // [nc, n_ff]
+      matmul_pair(pool(), gate.mat(), up.mat(), xn + t0 * d, nc, gate_.data(), up_.data(), mm_);  // [nc, n_ff] each
       swiglu(gate_.data(), up_.data(), (int64_t)nc * n_ff);
       matmul(pool(), down.mat(), gate_.data(), nc, out + t0 * d, mm_);  // [nc, n_embd]
     }

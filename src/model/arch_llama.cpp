@@ -27,9 +27,7 @@ class LlamaModel final : public LlamaFamilyModel {
       weights().will_use_layer(l + 1);
       const LlamaLayerWeights& L = w_.layers[l];
       norm(*L.attn_norm, x, xn, n);
-      linear_bias(*L.wq, L.bq, xn, s_.q.data(), n);  // [n, n_head * head_dim]
-      linear_bias(*L.wk, L.bk, xn, s_.k.data(), n);  // [n, n_head_kv * head_dim]
-      linear_bias(*L.wv, L.bv, xn, s_.v.data(), n);  // [n, n_head_kv * head_dim_v]
+      qkv(L, xn, n);  // q: [n, n_head * head_dim], k: [n, n_head_kv * head_dim], v: [n, n_head_kv * head_dim_v]
       rope_inplace(s_.q.data(), n, c.n_head, batch);
       rope_inplace(s_.k.data(), n, c.n_head_kv, batch);
       kv_store(kv, l, batch, s_.k.data(), s_.v.data());

@@ -32,9 +32,7 @@ class Qwen3MoeModel final : public LlamaFamilyModel {
       weights().will_use_layer(l + 1);
       const LlamaLayerWeights& L = w_.layers[l];
       norm(*L.attn_norm, x, xn, n);
-      linear(*L.wq, xn, s_.q.data(), n);  // [n, n_head * head_dim]
-      linear(*L.wk, xn, s_.k.data(), n);  // [n, n_head_kv * head_dim]
-      linear(*L.wv, xn, s_.v.data(), n);  // [n, n_head_kv * head_dim]
+      qkv(L, xn, n);  // q: [n, n_head * head_dim], k: [n, n_head_kv * head_dim], v: [n, n_head_kv * head_dim]
       head_norm(L.q_norm, s_.q.data(), n, c.n_head);
       head_norm(L.k_norm, s_.k.data(), n, c.n_head_kv);
       rope_inplace(s_.q.data(), n, c.n_head, batch);

@@ -120,6 +120,41 @@ void LlamaFamilyModel::linear_bias(const TensorEntry& w, const TensorEntry* b, c
   }
 }
 
+void LlamaFamilyModel::linear_many(std::initializer_list<const TensorEntry*> w, std::initializer_list<float*> y,
+                                   const float* x, int n_tokens) {
+  SPOOL_CHECK(w.size() == y.size() && w.size() <= 4);
+  auto wi = w.begin();
+  auto yi = y.begin();
+  if (weights().streaming()) {  // one pin at a time: a streaming store may hold few tensor slots
+    for (; wi != w.end(); ++wi, ++yi) linear(**wi, x, *yi, n_tokens);
+    return;
+  }
+  std::vector<WeightRef> refs;
+  refs.reserve(4);
+  MatView views[4];
+  const MatView* vp[4];
+  float* yp[4];
+  int n = 0;
+  for (; wi != w.end(); ++wi, ++yi, ++n) {
+    refs.push_back(weights().acquire(**wi));
+    views[n] = refs.back().mat();
+    vp[n] = &views[n];
+    yp[n] = *yi;
+  }
+  matmul_many(pool(), vp, yp, n, x, n_tokens, s_.mm);
+}
+
+void LlamaFamilyModel::qkv(const LlamaLayerWeights& L, const float* xn, int n_tokens) {
+  linear_many({L.wq, L.wk, L.wv}, {s_.q.data(), s_.k.data(), s_.v.data()}, xn, n_tokens);
+  const TensorEntry* bias[3] = {L.bq, L.bk, L.bv};
+  float* out[3] = {s_.q.data(), s_.k.data(), s_.v.data()};
+  for (int i = 0; i < 3; ++i) {
+    if (!bias[i]) continue;
+    WeightRef rb = weights().acquire(*bias[i]);
+    add_bias(out[i], rb.f32(), n_tokens, (int)bias[i]->shape[0]);
+  }
+}
+
 void LlamaFamilyModel::head_norm(const TensorEntry* w, float* x, int n_tokens, int n_heads) {
   WeightRef r = weights().acquire(*w);
   rms_norm(x, r.f32(), x, (int64_t)n_tokens * n_heads, config_.head_dim_k, config_.rms_eps);
@@ -131,8 +166,7 @@ void LlamaFamilyModel::rope_inplace(float* x, int n_tokens, int n_heads, const B
 }
 
 void LlamaFamilyModel::ffn_swiglu(const LlamaLayerWeights& L, const float* xn, float* out, int n_tokens) {
-  linear(*L.ffn_gate, xn, s_.gate.data(), n_tokens);  // [n_tokens, n_ff]
-  linear(*L.ffn_up, xn, s_.up.data(), n_tokens);      // [n_tokens, n_ff]
+  linear_many({L.ffn_gate, L.ffn_up}, {s_.gate.data(), s_.up.data()}, xn, n_tokens);  // both [n_tokens, n_ff]
   swiglu(s_.gate.data(), s_.up.data(), (int64_t)n_tokens * config_.n_ff);
   linear(*L.ffn_down, s_.gate.data(), out, n_tokens);  // [n_tokens, n_embd]
 }

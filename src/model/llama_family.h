@@ -52,6 +52,11 @@ class LlamaFamilyModel : public Model {
   void norm(const TensorEntry& w, const float* x, float* out, int n_tokens);
   void linear(const TensorEntry& w, const float* x, float* y, int n_tokens);
   void linear_bias(const TensorEntry& w, const TensorEntry* b, const float* x, float* y, int n_tokens);
+  // y[i] = x w[i]^T for matrices reading the same x (one activation conversion and one pool job when packed).
+  void linear_many(std::initializer_list<const TensorEntry*> w, std::initializer_list<float*> y, const float* x,
+                   int n_tokens);
+  // s_.q, s_.k, s_.v from the normed input (with the layer's Q/K/V biases, if any).
+  void qkv(const LlamaLayerWeights& L, const float* xn, int n_tokens);
   void head_norm(const TensorEntry* w, float* x, int n_tokens, int n_heads);  // per-head RMSNorm
   void rope_inplace(float* x, int n_tokens, int n_heads, const Batch& batch);
   void ffn_swiglu(const LlamaLayerWeights& L, const float* xn, float* out, int n_tokens);

@@ -152,8 +152,7 @@ void run_expert(WeightStore& store, ThreadPool& pool, const ModelConfig& c, cons
   }
   {
     WeightRef gate = store.acquire(*x.gate), up = store.acquire(*x.up);
-    matmul(pool, gate.mat(), s.xe.data(), m, s.gate.data(), s.mm);  // [m, n_ff_exp]
-    matmul(pool, up.mat(), s.xe.data(), m, s.up.data(), s.mm);      // [m, n_ff_exp]
+    matmul_pair(pool, gate.mat(), up.mat(), s.xe.data(), m, s.gate.data(), s.up.data(), s.mm);  // [m, n_ff_exp] each
   }
   swiglu(s.gate.data(), s.up.data(), (int64_t)m * c.n_ff_exp);
   {
@@ -177,8 +176,7 @@ void add_shared_experts(WeightStore& store, ThreadPool& pool, const ModelConfig&
   if (s.up.size() < n_tokens * n_ff) s.up.resize(n_tokens * n_ff);
   {
     WeightRef gate = store.acquire(*x.gate), up = store.acquire(*x.up);
-    matmul(pool, gate.mat(), xn, n_tokens, s.gate.data(), s.mm);  // [n_tokens, n_ff_sh]
-    matmul(pool, up.mat(), xn, n_tokens, s.up.data(), s.mm);      // [n_tokens, n_ff_sh]
+    matmul_pair(pool, gate.mat(), up.mat(), xn, n_tokens, s.gate.data(), s.up.data(), s.mm);  // [n_tokens, n_ff_sh] each
   }
   swiglu(s.gate.data(), s.up.data(), (int64_t)n_tokens * n_ff);
   WeightRef down = store.acquire(*x.down);

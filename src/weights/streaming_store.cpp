@@ -221,7 +221,10 @@ class StreamingStoreImpl final : public StreamingStore {
 
   void will_use_layer(int layer) override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (layer == 0) adapt_guessing();  // a forward pass starts
+    if (layer == 0) {  // a forward pass starts
+      adapt_guessing();
+      drop_queued();  // what the last pass queued and never looked up is not this pass's
+    }
     current_layer_ = layer - 1;
     if (layer >= 0 && layer < (int)layer_units_.size()) enqueue(layer_units_[layer], low_);
   }
@@ -273,6 +276,8 @@ class StreamingStoreImpl final : public StreamingStore {
     const bool first = u.pieces.front().t == &t;  // a unit's lookup is counted on its first tensor
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t tick = ++tick_;
+    cancel_read_ahead(w.unit);
+    last_lookup_[u.expert ? 0 : 1] = w.unit;
     uint64_t waited_from = 0;
     for (;;) {
       if (u.slot >= 0) {
@@ -334,7 +339,14 @@ class StreamingStoreImpl final : public StreamingStore {
   const void* packed(const TensorEntry& t) override { return where_[index(t)].packed; }
 
  private:
-  static constexpr int kMinTensorSlots = 3;  // attention holds two tensors at once, plus one read ahead
+  // The most units compute pins at once in each pool: three tensors (the dense
+  // FFN over several token chunks holds gate, up and down; attention holds two)
+  // and one expert (moe_forward runs one expert at a time, its gate, up and
+  // down being one unit). The tensor pool never has fewer slots than that.
+  // Outside a long prompt's dense FFN, two tensors (demand_reserve).
+  static constexpr int kMinTensorSlots = 3;
+  static constexpr int kMaxTensorPins = 2;
+  static constexpr int kMaxExpertPins = 1;
 
   size_t index(const TensorEntry& t) const { return (size_t)(&t - manifest_.tensors.data()); }
 
@@ -656,23 +668,74 @@ class StreamingStoreImpl final : public StreamingStore {
     if (any) io_cv_.notify_all();
   }
 
+  // A lookup of u fulfils any read-ahead of it still queued: the unit is in a
+  // slot now (or being read on demand). Left in the queue, the entry would be
+  // read again by an I/O thread that runs late (a loaded machine) once compute
+  // has used the unit and moved on and the unit has been evicted: a second read
+  // of a unit the pass no longer needs, which also evicts one it does need.
+  void cancel_read_ahead(int u) {
+    if (!units_[u].queued) return;
+    for (std::deque<int>* q : {&high_, &low_})
+      if (auto it = std::find(q->begin(), q->end(), u); it != q->end()) q->erase(it);
+    units_[u].queued = false;
+    ++stats_.prefetch_dropped;
+  }
+
+  void drop_queued() {
+    for (std::deque<int>* q : {&high_, &low_}) {
+      for (int u : *q) units_[u].queued = false;
+      stats_.prefetch_dropped += q->size();
+      q->clear();
+    }
+  }
+
   bool is_protected(const Slot& s) const {
     if (!s.unused_prefetch) return false;
     const int l = units_[s.unit].layer;
     return l == current_layer_ || l == current_layer_ + 1 || (current_layer_ < 0 && l == n_layer_);
   }
 
+  // Slots of a pool that read-aheads leave to demand reads: as many as compute
+  // pins at once. Read-aheads (loading or landed, not yet looked up) then hold
+  // at most the pool's other slots, so a demand read, holding fewer pins than
+  // this, always finds a slot that is free or holds a unit compute has used
+  // and released. Without the reserve, read-aheads could fill every slot with
+  // units the pass still needs (the next layer's, or this layer's in file
+  // order, which is not the order compute uses them), and a demand read would
+  // evict one of them (passes 3 and 4 of pick_victim): a second read of it,
+  // certain, in a pass that should read each unit once. Tensors: attention and
+  // decode pin at most two at once, so a pool of kMinTensorSlots keeps one
+  // slot reading ahead (the next matrix's read overlaps this one's compute).
+  // Only a prompt pass of more than kFfnTokenChunk tokens through a dense FFN
+  // pins three; there a demand read may still take a read-ahead's slot (one
+  // re-read, the price of keeping decode's read-ahead at the smallest pool).
+  // Experts: gate and up, then down; one slot.
+  int demand_reserve(int pool) const { return pool == 0 ? kMaxExpertPins : kMaxTensorPins; }
+
   // A slot for unit u: a free one, else the policy's choice among evictable
   // slots, restricted to u's layer once that layer holds its quota. -1 if none.
+  // A read-ahead (demand false) takes a free or used slot only while the
+  // pool's read-aheads leave the demand reserve; beyond it, it may only
+  // replace a read-ahead nobody protects any more (a past layer's). It never
+  // evicts the unit of the latest lookup: compute may be between two pins of
+  // it (an expert's gate and up, then its down).
   int pick_victim(const Unit& u, bool demand) {
-    const Pool& pool = pools_[u.expert ? 0 : 1];
-    int own = 0;
-    for (int k : pool.slots) {
-      if (slots_[k].state == SlotState::Empty) return k;
-      if (units_[slots_[k].unit].layer == u.layer) ++own;
-    }
+    const int pi = u.expert ? 0 : 1;
+    const Pool& pool = pools_[pi];
+    int own = 0, ahead = 0, empty = -1;
     std::vector<int> per_layer(n_layer_ + 1, 0);
-    for (int k : pool.slots) ++per_layer[units_[slots_[k].unit].layer];
+    for (int k : pool.slots) {
+      const Slot& s = slots_[k];
+      if (s.state == SlotState::Empty) {
+        if (empty < 0) empty = k;
+        continue;
+      }
+      if (s.unused_prefetch) ++ahead;
+      ++per_layer[units_[s.unit].layer];
+      if (units_[s.unit].layer == u.layer) ++own;
+    }
+    const bool room = demand || ahead < (int)pool.slots.size() - demand_reserve(pi);
+    if (empty >= 0 && room) return empty;
     const uint64_t now = tick_;
     int best = -1;
     double best_score = 0;
@@ -684,6 +747,7 @@ class StreamingStoreImpl final : public StreamingStore {
       for (int k : pool.slots) {
         const Slot& s = slots_[k];
         if (s.state != SlotState::Ready || s.pins > 0) continue;
+        if (!demand && ((!room && !s.unused_prefetch) || s.unit == last_lookup_[pi])) continue;
         if (pass < 3 && is_protected(s)) continue;
         const int l = units_[s.unit].layer;
         if (pass == 3 && l == u.layer) continue;
@@ -717,6 +781,7 @@ class StreamingStoreImpl final : public StreamingStore {
     s.unit = -1;
     s.state = SlotState::Empty;
     s.pins = 0;
+    s.unused_prefetch = false;
     ready_cv_.notify_all();
   }
 
@@ -731,6 +796,10 @@ class StreamingStoreImpl final : public StreamingStore {
       Unit& u = units_[ui];
       u.queued = false;
       if (u.slot >= 0) continue;
+      if (u.layer < current_layer_) {  // compute has gone past its layer: it would be read for nothing
+        ++stats_.prefetch_dropped;
+        continue;
+      }
       const int victim = pick_victim(u, false);
       if (victim < 0) {
         ++stats_.prefetch_dropped;
@@ -781,6 +850,7 @@ class StreamingStoreImpl final : public StreamingStore {
   std::vector<std::thread> io_threads_;
   std::map<int, std::set<int>> guess_;  // layer -> guessed experts
   int current_layer_ = -1;
+  int last_lookup_[2] = {-1, -1};  // unit of the latest pin() per pool (experts, tensors)
   std::atomic<bool> guess_on_{true};
   uint64_t pass_start_ns_ = 0, pass_wait_ns_ = 0;
   uint64_t tick_ = 0;

@@ -63,6 +63,25 @@ std::string model_type(Model& model) {
   return it == bytes.end() ? "?" : it->first;
 }
 
+// Bytes of weights a decode step reads in a dense model: every tensor but
+// the token embedding, of which one row (the memory-bound limit's numerator).
+// (whole when it is also the output matrix). 0 for a model with experts
+// (what a token reads depends on routing).
+uint64_t weight_bytes_per_token(Model& model) {
+  const auto& tensors = model.file().manifest.tensors;
+  const bool tied = std::none_of(tensors.begin(), tensors.end(), [](const TensorEntry& t) { return t.name == "output.weight"; });
+  uint64_t bytes = 0;
+  for (const TensorEntry& t : tensors) {
+    if (t.expert >= 0) return 0;
+    if (t.name == "token_embd.weight" && !tied) {
+      bytes += t.shape.size() == 2 && t.shape[1] > 0 ? t.bytes / t.shape[1] : 0;
+      continue;
+    }
+    bytes += t.bytes;
+  }
+  return bytes;
+}
+
 std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int n_vocab) {
   std::uniform_int_distribution<int32_t> dist(0, n_vocab - 1);
   std::vector<int32_t> out(n);
@@ -133,7 +152,7 @@ void bench(const BenchOptions& o) {
       out.push_back({{"model", name}, {"model_path", resolve_model_path(o.model)}, {"arch", cfg.arch},
                      {"type", type}, {"threads", threads}, {"isa", isa_name(kernels().isa)}, {"test", r.test},
                      {"n_tokens", r.n_tokens}, {"tok_s_median", r.median}, {"tok_s_stddev", r.stddev},
-                     {"samples", r.tok_s}});
+                     {"samples", r.tok_s}, {"weight_bytes_per_token", weight_bytes_per_token(*model)}});
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
