@@ -35,10 +35,13 @@ inline __m512i bcast4(const void* p) {
 // activation rows per tile the kernel spends many cycles per weight byte and
 // the hardware prefetcher alone leaves DRAM latency exposed: on 0.5 GB of
 // packed Q4_0 weights, 2 threads, an 8-row matmul took 23.8 ms without and
-// 16.5 ms with it (4 rows: 20.1 -> 14.1 ms; 1 and 2 rows: within noise).
+// 16.5 ms with it (4 rows: 20.1 -> 14.1 ms; 1 and 2 rows: within noise
+// then). Decode gains after all on a Xeon (2026-12-03): one-token packed over
+// unpacked matmul, 260 MB Q4_0 / 490 MB Q8_0, 2 threads, three alternating
+// runs: 2.2-2.6x / 1.73-1.77x without, 3.0-3.3x / 1.87-1.97x with it.
 // Past the end it is harmless: a prefetch never faults.
 constexpr size_t kPrefetchAhead = 4096;
-constexpr int kPrefetchMinTokens = 2;  // one row: neutral (measured), left to the hardware prefetcher
+constexpr int kPrefetchMinTokens = 1;
 template <int kLines>
 inline void prefetch_weights(const uint8_t* p) {
   #pragma GCC unroll 64
