@@ -114,10 +114,20 @@ void check_axpys(Isa isa, int64_t d, int n_q, int64_t n, bool half) {
   for (size_t i = d * n_q; i < got.size(); ++i) ASSERT_EQ(got[i], kSentinel) << "wrote past n_q * d";
 }
 
+// How many of the table's 8 row kernels are its own, not the reference's
+// (so a run shows that a SIMD table's kernels, not the fallback, were tested).
+int own_kernels(Isa isa) {
+  const RowKernels& k = kernels_for(isa)->rows;
+  return (k.dot_rows != ref().dot_rows) + (k.axpy_rows != ref().axpy_rows) + (k.exp_sum != ref().exp_sum) +
+         (k.swiglu != ref().swiglu) + (k.dot_rows_multi != ref().dot_rows_multi) +
+         (k.axpy_rows_multi != ref().axpy_rows_multi) + (k.dot_rows_multi_f16 != ref().dot_rows_multi_f16) +
+         (k.axpy_rows_multi_f16 != ref().axpy_rows_multi_f16);
+}
+
 TEST(RowKernels, DotsMatchReference) {
   std::printf("Row kernels tested on:");
   for (Isa isa : available_isas()) {
-    std::printf(" %s", isa_name(isa));
+    std::printf(" %s (%d/8 own)", isa_name(isa), isa == Isa::Scalar ? 8 : own_kernels(isa));
     for (int64_t d : kDims)
       for (int n_q = 1; n_q <= 5; ++n_q)
         for (int64_t n : kCounts)
@@ -151,8 +161,8 @@ TEST(RowKernels, ExpSumMatchesReference) {
       auto x2 = x1;
       const float s1 = k.exp_sum(x1.data(), n, mx), s2 = ref().exp_sum(x2.data(), n, mx);
       // Both sums add n positive terms in different orders.
-      ASSERT_NEAR(s1, s2, (2e-6 + n * 6e-8) * s2) << isa_name(isa) << " n " << n;
-      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(x1[i], x2[i], 2e-6 * x2[i] + 1e-43) << isa_name(isa) << " i " << i;
+      ASSERT_NEAR(s1, s2, (5e-7 + n * 6e-8) * s2) << isa_name(isa) << " n " << n;
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(x1[i], x2[i], 5e-7 * x2[i] + 1e-43) << isa_name(isa) << " i " << i;
       ASSERT_EQ(x1[n], kSentinel) << "wrote past n";
     }
   }
@@ -183,7 +193,7 @@ TEST(RowKernels, ExpAccuracy) {
       }
     }
     std::printf("exp %s: max relative error %.3g\n", isa_name(isa), max_rel);
-    EXPECT_LT(max_rel, 1e-6) << isa_name(isa);
+    EXPECT_LT(max_rel, 4e-7) << isa_name(isa);
     EXPECT_EQ(e[xs.size() - 2], 1.0f) << isa_name(isa) << ": exp(0)";
   }
 }

@@ -126,33 +126,48 @@ void dot_rows_multi_f16(int64_t d, const float* q, int n_q, const uint16_t* k, s
   dot_rows_multi_t(d, q, n_q, k, stride, n, out, out_stride);
 }
 
-// One pass over the rows for H outputs x C slices of 8 floats from i0, the
-// accumulators in registers; each slice of a value row is loaded once for all
-// H outputs. Full: all C * 8 elements lie inside d; otherwise C == 1 and the
-// last d - i0 (< 8) elements go through masks.
+// A weighted sum's rows and outputs. H outputs of d floats may need more
+// accumulators than there are registers, so the rows are taken in blocks of
+// kBlockRows and each block in several passes of C slices of 8 floats: each
+// row comes from memory once, the later passes find it in L1.
+template <class T>
+struct AxpyJob {
+  int64_t d;
+  const float* w;
+  size_t w_stride;
+  const T* v;
+  size_t stride;
+  int64_t n;
+  float* out;
+};
+
+// One pass over rows [p0, p1) for H outputs x C slices from i0, the
+// accumulators in registers; each slice of a value row is loaded once for
+// all H outputs. Full: all C * 8 elements lie inside d; otherwise C == 1 and
+// the last d - i0 (< 8) elements go through masks. The block's first pass
+// prefetches whole rows, kRowsAhead on.
 template <int H, int C, bool Full, class T>
-void axpy_pass(int64_t d, const float* w, size_t w_stride, const T* v, size_t stride, int64_t n, float* out,
-               int64_t i0) {
+void axpy_pass(const AxpyJob<T>& j, int64_t p0, int64_t p1, int64_t i0) {
   static_assert(Full || C == 1);
-  const int64_t left = Full ? 8 * C : d - i0;
+  const int64_t d = j.d, left = Full ? 8 * C : d - i0;
   const __m256i m = tail_mask(left);
   __m256 acc[H][C];
   SPOOL_UNROLL for (int h = 0; h < H; ++h) SPOOL_UNROLL for (int c = 0; c < C; ++c) {
-    float* o = out + h * d + i0 + 8 * c;
+    float* o = j.out + h * d + i0 + 8 * c;
     acc[h][c] = Full ? _mm256_loadu_ps(o) : _mm256_maskload_ps(o, m);
   }
-  for (int64_t p = 0; p < n; ++p) {
-    const T* vp = v + p * stride + i0;
-    if (p + kRowsAhead < n) prefetch_row(vp + kRowsAhead * stride, left);
+  for (int64_t p = p0; p < p1; ++p) {
+    const T* vp = j.v + p * j.stride + i0;
+    if (i0 == 0 && p + kRowsAhead < j.n) prefetch_row(j.v + (p + kRowsAhead) * j.stride, d);
     __m256 vv[C];
     SPOOL_UNROLL for (int c = 0; c < C; ++c) vv[c] = Full ? load8(vp + 8 * c) : load_part(vp, m, left);
     SPOOL_UNROLL for (int h = 0; h < H; ++h) {
-      const __m256 wp = _mm256_set1_ps(w[h * w_stride + p]);
+      const __m256 wp = _mm256_set1_ps(j.w[h * j.w_stride + p]);
       SPOOL_UNROLL for (int c = 0; c < C; ++c) acc[h][c] = _mm256_fmadd_ps(wp, vv[c], acc[h][c]);
     }
   }
   SPOOL_UNROLL for (int h = 0; h < H; ++h) SPOOL_UNROLL for (int c = 0; c < C; ++c) {
-    float* o = out + h * d + i0 + 8 * c;
+    float* o = j.out + h * d + i0 + 8 * c;
     if (Full) _mm256_storeu_ps(o, acc[h][c]);
     else _mm256_maskstore_ps(o, m, acc[h][c]);
   }
@@ -162,24 +177,34 @@ void axpy_pass(int64_t d, const float* w, size_t w_stride, const T* v, size_t st
 // weight fit the 16 ymm registers (64 floats for one output, 16 for four).
 template <int H>
 constexpr int kAxpySlices = H == 1 ? 8 : H == 2 ? 4 : H == 3 ? 3 : 2;
+// 8 rows stay in even an 8-way L1 when their stride is a multiple of 4 KiB
+// (each row's slice then maps to the same set). Measured at d=64, 4 heads:
+// 1.3-1.7x faster than passes over all n rows when the rows come from L3,
+// 10-15% slower when all of them sit in L2.
+constexpr int64_t kBlockRows = 8;
 
-// Full-width passes, then narrower ones for what is left of d (at most three,
-// widths 32/16/8), then the masked tail.
+// Per block: full-width passes, then narrower ones for what is left of d
+// (at most three, widths 32/16/8), then the masked tail. Every element still
+// sums its rows in order, as the reference does.
 template <int H, class T>
 void axpy_rows_heads(int64_t d, const float* w, size_t w_stride, const T* v, size_t stride, int64_t n, float* out) {
   constexpr int C = kAxpySlices<H>;
-  int64_t i0 = 0;
-  for (; i0 + 8 * C <= d; i0 += 8 * C) axpy_pass<H, C, true>(d, w, w_stride, v, stride, n, out, i0);
-  if constexpr (C > 4) {
-    if (d - i0 >= 32) axpy_pass<H, 4, true>(d, w, w_stride, v, stride, n, out, i0), i0 += 32;
+  const AxpyJob<T> j{d, w, w_stride, v, stride, n, out};
+  for (int64_t p0 = 0; p0 < n; p0 += kBlockRows) {
+    const int64_t p1 = std::min(n, p0 + kBlockRows);
+    int64_t i0 = 0;
+    for (; i0 + 8 * C <= d; i0 += 8 * C) axpy_pass<H, C, true>(j, p0, p1, i0);
+    if constexpr (C > 4) {
+      if (d - i0 >= 32) axpy_pass<H, 4, true>(j, p0, p1, i0), i0 += 32;
+    }
+    if constexpr (C > 2) {
+      if (d - i0 >= 16) axpy_pass<H, 2, true>(j, p0, p1, i0), i0 += 16;
+    }
+    if constexpr (C > 1) {
+      if (d - i0 >= 8) axpy_pass<H, 1, true>(j, p0, p1, i0), i0 += 8;
+    }
+    if (i0 < d) axpy_pass<H, 1, false>(j, p0, p1, i0);
   }
-  if constexpr (C > 2) {
-    if (d - i0 >= 16) axpy_pass<H, 2, true>(d, w, w_stride, v, stride, n, out, i0), i0 += 16;
-  }
-  if constexpr (C > 1) {
-    if (d - i0 >= 8) axpy_pass<H, 1, true>(d, w, w_stride, v, stride, n, out, i0), i0 += 8;
-  }
-  if (i0 < d) axpy_pass<H, 1, false>(d, w, w_stride, v, stride, n, out, i0);
 }
 
 void axpy_rows(int64_t d, const float* w, const float* v, size_t stride, int64_t n, float* out) {
