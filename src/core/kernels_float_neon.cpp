@@ -33,12 +33,12 @@ template <class L>
 struct FloatKernel {
   using T = typename L::T;
 
+  // Every width, 1 x 1 included, computes a pair the same way (one vector
+  // accumulator, then the lanes and the tail), so a row's result never
+  // depends on the tile it went through; vec_dot alone uses dot() below.
   template <int R, int C>
   static void tile(SPOOL_NEON_TILE_ARGS) {
-    if constexpr (R == 1 && C == 1) {
-      *c = dot(n, reinterpret_cast<const T*>(w), reinterpret_cast<const float*>(a));
-      return;
-    } else {
+    {
       const T* wr[R];
       const float* ar[C];
       SPOOL_UNROLL for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const T*>(w + r * w_stride);
@@ -81,6 +81,13 @@ struct FloatKernel {
     return s;
   }
 };
+
+// vec_dot of a float type: the four-accumulator dot (not a tile; the tiles
+// keep one accumulator per pair so that every width agrees).
+template <class L>
+float float_vec_dot(int64_t n, const void* w, const void* a) {
+  return FloatKernel<L>::dot(n, static_cast<const typename L::T*>(w), static_cast<const float*>(a));
+}
 
 void quantize_f16(const float* src, void* dst, int64_t n) {
   auto* d = static_cast<uint16_t*>(dst);
@@ -142,6 +149,9 @@ void fill_neon_float_kernels(KernelTable& t) {
   neon_set<FloatKernel<LoadF32>, 4, 4>(t, DType::F32);
   neon_set<FloatKernel<LoadF16>, 4, 4>(t, DType::F16);
   neon_set<FloatKernel<LoadBF16>, 4, 4>(t, DType::BF16);
+  t.types[(uint32_t)DType::F32].vec_dot = float_vec_dot<LoadF32>;
+  t.types[(uint32_t)DType::F16].vec_dot = float_vec_dot<LoadF16>;
+  t.types[(uint32_t)DType::BF16].vec_dot = float_vec_dot<LoadBF16>;
   t.types[(uint32_t)DType::F16].quantize = quantize_f16;
   t.types[(uint32_t)DType::F16].dequantize = dequantize_f16;
   t.types[(uint32_t)DType::BF16].quantize = quantize_bf16;

@@ -3,6 +3,8 @@
 // unpacked once to 32 int8 values in two registers, then dotted (sdot) with
 // every activation row of the tile; the per-block integer sum is scaled in
 // float, and the offset types add m * s from Q8_1's precomputed s.
+#include <cmath>
+
 #include "core/kernels_neon_impl.h"
 #include "core/quant_blocks.h"
 
@@ -150,14 +152,13 @@ struct LegacyKernel {
     return out[j];
   }
 
-  // Any other width (decode: C == 1): one vector accumulator per pair,
-  // reduced at the end.
+  // Any other width (decode: C == 1). Each (row, activation) pair takes
+  // exactly tile_c4's steps: the block's integer sum reduced exactly, then one
+  // fused multiply-add with dw * da (and one with the minimum), so a row's
+  // result never depends on the tile width it went through (batch invariance).
   template <int R, int C>
   static void tile_narrow(SPOOL_NEON_TILE_ARGS) {
-    float32x4_t acc[R][C];
-    float macc[R][C] = {};
-    SPOOL_UNROLL for (int r = 0; r < R; ++r)
-      SPOOL_UNROLL for (int j = 0; j < C; ++j) acc[r][j] = vdupq_n_f32(0.0f);
+    float acc[R][C] = {};
     for (int64_t ib = 0; ib < n / kQK; ++ib) {
       int8x16_t lo[R], hi[R];
       float dw[R], mw[R];
@@ -168,16 +169,13 @@ struct LegacyKernel {
         const float da = neon_h2f(y.d);
         SPOOL_UNROLL for (int r = 0; r < R; ++r) {
           const int32x4_t s = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo[r], al), hi[r], ah);
-          acc[r][j] = vfmaq_n_f32(acc[r][j], vcvtq_f32_s32(s), dw[r] * da);
-        }
-        if constexpr (Ops::kHasMin) {
-          const float sa = neon_h2f(y.s);
-          SPOOL_UNROLL for (int r = 0; r < R; ++r) macc[r][j] += mw[r] * sa;
+          acc[r][j] = std::fma((float)vaddvq_s32(s), da * dw[r], acc[r][j]);
+          if constexpr (Ops::kHasMin) acc[r][j] = std::fma(neon_h2f(y.s), mw[r], acc[r][j]);
         }
       }
     }
     SPOOL_UNROLL for (int j = 0; j < C; ++j)
-      SPOOL_UNROLL for (int r = 0; r < R; ++r) c[j * ldc + r] = vaddvq_f32(acc[r][j]) + macc[r][j];
+      SPOOL_UNROLL for (int r = 0; r < R; ++r) c[j * ldc + r] = acc[r][j];
   }
 };
 

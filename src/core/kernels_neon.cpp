@@ -8,6 +8,9 @@
 #include "core/quant_blocks.h"
 
 namespace spool::detail {
+
+void fill_rows_neon_kernels(KernelTable& t);  // kernels_rows_neon.cpp
+
 namespace {
 
 // Rounds 16 floats times `scale` to int8 (saturating) and returns them, with
@@ -90,13 +93,17 @@ void quantize_q8_k(const float* src, void* dst, int64_t n) {
 
 }  // namespace
 
+void fill_packed_neon_kernels(KernelTable& t);  // kernels_packed_*_neon.cpp
+
 void fill_neon_kernels(KernelTable& t) {
   fill_neon_float_kernels(t);
   fill_neon_legacy_kernels(t);
   fill_neon_kquant_kernels(t);
+  fill_rows_neon_kernels(t);  // attention's float row kernels
   t.types[(uint32_t)DType::Q8_0].quantize = quantize_q8_0;
   t.types[(uint32_t)DType::Q8_1].quantize = quantize_q8_1;
   t.types[(uint32_t)DType::Q8_K].quantize = quantize_q8_k;
+  fill_packed_neon_kernels(t);  // after the quantizers, which it wraps
 }
 
 }  // namespace spool::detail

@@ -1,0 +1,159 @@
+// Packed NEON kernels for Q4_0, Q8_0 and MXFP4 (prefill gemm and decode gemv
+// alike; design in kernels_packed_neon.h). A group block (4 rows x 32
+// elements) is the 4 row scales, then the levels as 16-byte registers of
+// 4 rows x one 4-byte chunk. Q4_0 keeps its nibbles (register m: chunk m in
+// the low nibbles, chunk m + 4 in the high ones, as in the original bytes)
+// and dots the 0..15 levels, each block's sum starting at -8 * sum(a) from
+// the activation row; MXFP4 keeps its nibbles too and looks them up in its
+// level table (tbl); Q8_0 keeps its signed levels (sdot is signed x signed).
+#include <vector>
+
+#include "core/kernels_packed_neon.h"
+
+namespace spool::detail {
+
+extern const int8_t kMxfp4Values[16];  // kernels_mxfp4.cpp
+
+namespace {
+
+using namespace packed_neon;
+
+QuantizeRowFn g_quantize_q8_0 = nullptr;  // the table's Q8_0 quantizer
+
+// Activation row: per block the 32 int8 levels, the float scale, the int32
+// -8 * sum of the levels and 8 bytes of padding (kActBlock bytes: three
+// 16-byte loads). One format for the three types (only Q4_0 uses the sums),
+// so matrices of different types reading the same input share one
+// conversion.
+constexpr size_t kActBlock = kQK + 16;
+size_t legacy_act_bytes(int64_t n) { return (size_t)(n / kQK) * kActBlock; }
+
+void legacy_quantize_act(const float* x, void* out, int64_t n) {
+  const int64_t nb = n / kQK;
+  thread_local std::vector<BlockQ8_0> tmp;
+  tmp.resize(nb);
+  g_quantize_q8_0(x, tmp.data(), n);
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* blk = static_cast<uint8_t*>(out) + b * kActBlock;
+    std::memcpy(blk, tmp[b].qs, kQK);
+    const float d = neon_h2f(tmp[b].d);
+    const int32_t bias = -8 * (vaddlvq_s8(vld1q_s8(tmp[b].qs)) + vaddlvq_s8(vld1q_s8(tmp[b].qs + 16)));
+    std::memcpy(blk + kQK, &d, 4);
+    std::memcpy(blk + kQK + 4, &bias, 4);
+    std::memset(blk + kQK + 8, 0, 8);
+  }
+}
+
+// Per weight type: the source block, the bytes of the 4 row scales, the
+// registers of levels per block, and how to get scales and levels.
+struct Q4_0Ops {
+  static constexpr size_t kSrcBytes = sizeof(BlockQ4_0), kScaleBytes = 8;
+  static constexpr int kRegs = 4;
+  static constexpr bool kBias = true;
+  static float32x4_t scales(const uint8_t* blk) { return load_f16x4(blk); }
+  // The 8 chunks (elements 4m .. 4m + 3 in w[m]) of one block.
+  static void levels(const uint8_t* p, int8x16_t (&w)[8]) {
+    const uint8x16x4_t raw = vld1q_u8_x4(p);
+    SPOOL_UNROLL for (int m = 0; m < 4; ++m) {
+      w[m] = vreinterpretq_s8_u8(vandq_u8(raw.val[m], vdupq_n_u8(0x0F)));
+      w[m + 4] = vreinterpretq_s8_u8(vshrq_n_u8(raw.val[m], 4));
+    }
+  }
+};
+
+struct Q8_0Ops {
+  static constexpr size_t kSrcBytes = sizeof(BlockQ8_0), kScaleBytes = 8;
+  static constexpr int kRegs = 8;
+  static constexpr bool kBias = false;
+  static float32x4_t scales(const uint8_t* blk) { return load_f16x4(blk); }
+  static void levels(const uint8_t* p, int8x16_t (&w)[8]) {
+    const int8x16x4_t lo = vld1q_s8_x4(reinterpret_cast<const int8_t*>(p));
+    const int8x16x4_t hi = vld1q_s8_x4(reinterpret_cast<const int8_t*>(p) + 64);
+    SPOOL_UNROLL for (int m = 0; m < 4; ++m) w[m] = lo.val[m], w[m + 4] = hi.val[m];
+  }
+};
+
+// Levels: the nibbles through the doubled e2m1 table; scale 2^(e - 128) as
+// float bits: (e - 1) << 23, or for e < 2 the subnormals 2^-128, 2^-127.
+struct MXFP4Ops {
+  static constexpr size_t kSrcBytes = sizeof(BlockMXFP4), kScaleBytes = 4;
+  static constexpr int kRegs = 4;
+  static constexpr bool kBias = false;
+  static float32x4_t scales(const uint8_t* blk) {
+    uint32_t e4;
+    std::memcpy(&e4, blk, 4);
+    const uint32x4_t e = vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(e4)))));
+    const uint32x4_t normal = vshlq_n_u32(vsubq_u32(e, vdupq_n_u32(1)), 23);
+    const uint32x4_t small = vshlq_u32(vdupq_n_u32(0x00200000), vreinterpretq_s32_u32(e));
+    return vreinterpretq_f32_u32(vbslq_u32(vcltq_u32(e, vdupq_n_u32(2)), small, normal));
+  }
+  static void levels(const uint8_t* p, int8x16_t (&w)[8]) {
+    const int8x16_t table = vld1q_s8(kMxfp4Values);
+    const uint8x16x4_t raw = vld1q_u8_x4(p);
+    SPOOL_UNROLL for (int m = 0; m < 4; ++m) {
+      w[m] = vqtbl1q_s8(table, vandq_u8(raw.val[m], vdupq_n_u8(0x0F)));
+      w[m + 4] = vqtbl1q_s8(table, vshrq_n_u8(raw.val[m], 4));
+    }
+  }
+};
+
+template <class Ops>
+struct LegacyPacked {
+  static constexpr int kTokens = 8;  // activation rows per micro-tile
+  static constexpr int kBlockCols = kQK;
+  static constexpr size_t kSrcBytes = Ops::kSrcBytes;
+  static constexpr size_t kBlockBytes = Ops::kScaleBytes + 16 * Ops::kRegs;
+  static size_t group_bytes(int64_t n) { return (size_t)(n / kQK) * kBlockBytes; }
+  static constexpr auto act_bytes = legacy_act_bytes;
+  static constexpr QuantizeRowFn quantize_act = legacy_quantize_act;
+
+  template <int C>
+  static void tile(int64_t n, const uint8_t* wg, const uint8_t* act, size_t as, float* c, size_t ldc,
+                   int n_valid) {
+    float32x4_t acc[C];
+    SPOOL_UNROLL for (int j = 0; j < C; ++j) acc[j] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      const uint8_t* blk = wg + b * kBlockBytes;
+      const float32x4_t wd = Ops::scales(blk);
+      int8x16_t w[8];
+      Ops::levels(blk + Ops::kScaleBytes, w);
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) {
+        const uint8_t* row = act + j * as + b * kActBlock;
+        const int8_t* q = reinterpret_cast<const int8_t*>(j == 0 ? row : after(row, acc[j - 1]));
+        const int8x16x2_t a = vld1q_s8_x2(q);
+        const int32x4_t tail = vld1q_s32(reinterpret_cast<const int32_t*>(q + kQK));  // d, bias
+        int32x4_t sum = Ops::kBias ? vdupq_laneq_s32(tail, 1) : vdupq_n_s32(0);
+        sum = dot4(dot4(sum, w, a.val[0]), w + 4, a.val[1]);
+        // sum * (wd * d), the reference's order (MXFP4's wd alone can be
+        // near the end of the float range).
+        acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(sum), vmulq_laneq_f32(wd, vreinterpretq_f32_s32(tail), 0));
+      }
+    }
+    SPOOL_UNROLL for (int j = 0; j < C; ++j) store_rows(c + j * ldc, acc[j], n_valid);
+  }
+
+  // Row r's block: its scale (the block's first bytes in all three types),
+  // then its 4-byte chunks into lane r of the level registers.
+  static void pack_block(const uint8_t* src, int r, uint8_t* blk) {
+    const size_t scale = Ops::kScaleBytes / kRows;
+    std::memcpy(blk + scale * r, src, scale);
+    for (int m = 0; m < Ops::kRegs; ++m)
+      std::memcpy(blk + Ops::kScaleBytes + 16 * m + 4 * r, src + scale + 4 * m, 4);
+  }
+};
+
+}  // namespace
+
+void fill_packed_legacy_neon_kernels(KernelTable& t) {
+  g_quantize_q8_0 = t.types[(uint32_t)DType::Q8_0].quantize;  // set by fill_neon_kernels
+  t.types[(uint32_t)DType::Q4_0].packed = Packer<LegacyPacked<Q4_0Ops>>::kernels();
+  t.types[(uint32_t)DType::Q8_0].packed = Packer<LegacyPacked<Q8_0Ops>>::kernels();
+  t.types[(uint32_t)DType::MXFP4].packed = Packer<LegacyPacked<MXFP4Ops>>::kernels();
+}
+
+void fill_packed_neon_kernels(KernelTable& t) {
+  fill_packed_legacy_neon_kernels(t);
+  fill_packed_kquant_neon_kernels(t);
+}
+
+}  // namespace spool::detail
