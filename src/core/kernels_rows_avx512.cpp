@@ -164,9 +164,10 @@ void axpy_rows_multi_f16(int64_t d, const float* w, size_t w_stride, int n_q, co
   axpy_rows_multi_t(d, w, w_stride, n_q, v, stride, n, out);
 }
 
-// exp(x) for x <= 0 (large negative flushes to 0).
+// exp(x) for x <= 0 (large negative flushes to 0: below -104 the result is
+// under half the smallest subnormal, and vscalefps rounds it to 0, -inf too).
 inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);  // ln2 split in two parts
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
