@@ -13,12 +13,14 @@ namespace spool::detail {
 
 void fill_packed_legacy_avx2_kernels(KernelTable& t);  // kernels_packed_legacy_avx2.cpp
 void fill_packed_kquant_avx2_kernels(KernelTable& t);  // kernels_packed_kquant_avx2.cpp
+void fill_packed_mxfp4_avx2_kernels(KernelTable& t);   // kernels_packed_mxfp4_avx2.cpp
 void fill_rows_avx2_kernels(KernelTable& t);           // kernels_rows_avx2.cpp
 
 void fill_avx2_kernels(KernelTable& t) {
   fill_x86_table(t);
   fill_packed_legacy_avx2_kernels(t);  // repacked-weight gemm for Q4_0 / Q8_0
   fill_packed_kquant_avx2_kernels(t);  // and for Q4_K / Q6_K
+  fill_packed_mxfp4_avx2_kernels(t);   // and for MXFP4
   fill_rows_avx2_kernels(t);           // attention's float row kernels
 }
 
