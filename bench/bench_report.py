@@ -111,7 +111,10 @@ def speed(args):
     load_start = open(os.path.join(args.run_dir, "load-start.txt")).read().strip() \
         if os.path.exists(os.path.join(args.run_dir, "load-start.txt")) else "?"
     load_end = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    body = f"""## spool vs llama.cpp: prefill and decode speed
+    title = "spool vs llama.cpp: prefill and decode speed"
+    if args.section != "speed-vs-llamacpp":
+        title += f" ({args.section})"
+    body = f"""## {title}
 
 Measured {date} on {machine_info()}; CPU flags: {cpu_flags()}.
 spool kernels: {spool_info.get('isa', '?')}{f" (SPOOL_ISA={args.spool_isa_env})" if args.spool_isa_env else ""};
