@@ -95,7 +95,7 @@ TEST(PackedKernels, MatchReferenceVecDot) {
 // included) than the 768 columns above.
 TEST(PackedKernels, LongKQuantRows) {
   for (Isa isa : available_isas()) {
-    for (DType t : {DType::Q4_K, DType::Q6_K}) {
+    for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
       if (kernels_for(isa)->types[(uint32_t)t].packed.rows == 0) continue;
       for (int64_t n_cols : {2048, 2816}) {
         for (int64_t n_tokens : {1, 5}) check_packed(isa, t, n_cols, 21, n_tokens);
@@ -104,8 +104,8 @@ TEST(PackedKernels, LongKQuantRows) {
   }
 }
 
-// Saturated weights (every Q4_K level 15 with scales and minimums 63, every
-// Q6_K level 63 with scales 127 / -128) against activations of full
+// Saturated weights (every Q4_K / Q5_K level 15 / 31 with scales and minimums
+// 63, every Q6_K level 63 with scales 127 / -128) against activations of full
 // magnitude, both signs: the widest intermediate sums of the packed kernels
 // (AVX2 adds maddubs pairs in int16) must not overflow.
 TEST(PackedKernels, SaturatedLevels) {
@@ -113,16 +113,21 @@ TEST(PackedKernels, SaturatedLevels) {
   const int64_t n_cols = 512, n_rows = 9, n_tokens = 2;
   for (Isa isa : available_isas()) {
     const KernelTable& k = *kernels_for(isa);
-    for (DType t : {DType::Q4_K, DType::Q6_K}) {
+    for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
       const PackedKernels& pk = k[t].packed;
       if (pk.rows == 0) continue;
       const size_t rb = row_bytes(t, n_cols);
       std::vector<uint8_t> w(rb * n_rows, 0xFF);
       const uint16_t one = 0x3C00;  // fp16 1.0
-      const size_t block_bytes = t == DType::Q4_K ? sizeof(BlockQ4_K) : sizeof(BlockQ6_K);
+      const size_t block_bytes = t == DType::Q4_K   ? sizeof(BlockQ4_K)
+                                 : t == DType::Q5_K ? sizeof(BlockQ5_K)
+                                                    : sizeof(BlockQ6_K);
       for (size_t off = 0; off < w.size(); off += block_bytes) {
         if (t == DType::Q4_K) {
           auto* b = reinterpret_cast<BlockQ4_K*>(w.data() + off);
+          b->d = b->dmin = one;
+        } else if (t == DType::Q5_K) {
+          auto* b = reinterpret_cast<BlockQ5_K*>(w.data() + off);
           b->d = b->dmin = one;
         } else {
           auto* b = reinterpret_cast<BlockQ6_K*>(w.data() + off);

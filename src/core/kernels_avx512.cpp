@@ -14,6 +14,7 @@ void fill_legacy_avx512_kernels(KernelTable& t);  // kernels_legacy_avx512.cpp
 void fill_kquant_avx512_kernels(KernelTable& t);  // kernels_kquant_avx512.cpp
 void fill_packed_legacy_avx512_kernels(KernelTable& t);  // kernels_packed_legacy_avx512.cpp
 void fill_packed_kquant_avx512_kernels(KernelTable& t);  // kernels_packed_kquant_avx512.cpp
+void fill_packed_q5k_avx512_kernels(KernelTable& t);  // kernels_packed_q5k_avx512.cpp
 void fill_packed_mxfp4_avx512_kernels(KernelTable& t);  // kernels_packed_mxfp4_avx512.cpp
 void fill_rows_avx512_kernels(KernelTable& t);  // kernels_rows_avx512.cpp
 
@@ -23,6 +24,7 @@ void fill_avx512_kernels(KernelTable& t) {
   fill_kquant_avx512_kernels(t);  // and the 512-bit Q4_K tile
   fill_packed_legacy_avx512_kernels(t);  // repacked-weight gemm for Q4_0 / Q8_0
   fill_packed_kquant_avx512_kernels(t);  // and for Q4_K / Q6_K
+  fill_packed_q5k_avx512_kernels(t);  // and for Q5_K
   fill_packed_mxfp4_avx512_kernels(t);  // and for MXFP4
   fill_rows_avx512_kernels(t);  // attention's float row kernels
 }
