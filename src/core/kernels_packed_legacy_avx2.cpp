@@ -7,6 +7,7 @@
 // (8 x 2 x 15 x 127 fits), the -8 * sum(a) start value from the activation
 // row. Q8_0 keeps signed levels: maddubs(|w|, a with w's sign), as 0..255
 // levels would overflow maddubs's int16 pairs.
+#include "core/kernels_packed_act.h"
 #include "core/kernels_packed_avx2.h"
 
 #include <vector>
@@ -18,26 +19,10 @@ using namespace packed2;
 
 QuantizeRowFn g_quantize_q8_0 = nullptr;  // the table's Q8_0 quantizer
 
-// Activation row: [n int8][nb float d][nb int32 bias], 32-byte multiple.
-size_t act_bytes(int64_t n) { return round_up((size_t)n + 8 * (size_t)(n / kQK), 32); }
-
+// Activation row: packed_act's Q8_0 row with a -kOffset * sum bias, 32-byte multiple.
+size_t act_bytes(int64_t n) { return packed_act::q8_row_bytes(n, 32); }
 template <int kOffset>
-void quantize_act(const float* x, void* out, int64_t n) {
-  const int64_t nb = n / kQK;
-  thread_local std::vector<BlockQ8_0> tmp;
-  tmp.resize(nb);
-  g_quantize_q8_0(x, tmp.data(), n);
-  auto* q = static_cast<int8_t*>(out);
-  auto* d = reinterpret_cast<float*>(q + n);
-  auto* bias = reinterpret_cast<int32_t*>(d + nb);
-  for (int64_t b = 0; b < nb; ++b) {
-    std::memcpy(q + b * kQK, tmp[b].qs, kQK);
-    d[b] = _cvtsh_ss(tmp[b].d);
-    int sum = 0;
-    for (int i = 0; i < kQK; ++i) sum += tmp[b].qs[i];
-    bias[b] = -kOffset * sum;
-  }
-}
+void quantize_act(const float* x, void* out, int64_t n) { packed_act::q8_row<kOffset>(g_quantize_q8_0, x, out, n); }
 
 #define SPOOL_UNROLL _Pragma("GCC unroll 16")
 

@@ -5,6 +5,7 @@
 // its high nibbles, as in the original bytes).
 #include <vector>
 
+#include "core/kernels_packed_act.h"
 #include "core/kernels_packed_avx2.h"
 
 namespace spool::detail {
@@ -24,25 +25,9 @@ QuantizeRowFn g_quantize_q8_0 = nullptr;  // the table's Q8_0 quantizer
 // 0-7 and 16-23, then 8-15 and 24-31) are summed in int16 before widening.
 constexpr int kOffset = 12;
 
-// Activation row: [n int8][nb float d][nb int32 -12 * sum], 32-byte multiple.
-size_t act_bytes(int64_t n) { return round_up((size_t)n + 8 * (size_t)(n / kQK), 32); }
-
-void quantize_act(const float* x, void* out, int64_t n) {
-  const int64_t nb = n / kQK;
-  thread_local std::vector<BlockQ8_0> tmp;
-  tmp.resize(nb);
-  g_quantize_q8_0(x, tmp.data(), n);
-  auto* q = static_cast<int8_t*>(out);
-  auto* d = reinterpret_cast<float*>(q + n);
-  auto* bias = reinterpret_cast<int32_t*>(d + nb);
-  for (int64_t b = 0; b < nb; ++b) {
-    std::memcpy(q + b * kQK, tmp[b].qs, kQK);
-    d[b] = _cvtsh_ss(tmp[b].d);
-    int sum = 0;
-    for (int i = 0; i < kQK; ++i) sum += tmp[b].qs[i];
-    bias[b] = -kOffset * sum;
-  }
-}
+// Activation row: packed_act's Q8_0 row with a -kOffset * sum bias, 32-byte multiple.
+size_t act_bytes(int64_t n) { return packed_act::q8_row_bytes(n, 32); }
+void quantize_act(const float* x, void* out, int64_t n) { packed_act::q8_row<kOffset>(g_quantize_q8_0, x, out, n); }
 
 // 2^(e - 128) for 8 exponent bytes, as mxfp4_half_scale: the float with
 // exponent field e - 1, or for e < 2 the subnormal 2^21 << e (x 2^-149).

@@ -5,6 +5,7 @@
 // chunk m + 4 in its high nibbles, as in the original bytes).
 #include <vector>
 
+#include "core/kernels_packed_act.h"
 #include "core/kernels_packed_avx512.h"
 
 namespace spool::detail {
@@ -22,25 +23,9 @@ QuantizeRowFn g_quantize_q8_0 = nullptr;  // the table's Q8_0 quantizer
 // -kOffset * sum(a), from the activation row.
 constexpr int kOffset = 12;
 
-// Activation row: [n int8][nb float d][nb int32 -12 * sum], 64-byte multiple.
-size_t act_bytes(int64_t n) { return round_up((size_t)n + 8 * (size_t)(n / kQK), 64); }
-
-void quantize_act(const float* x, void* out, int64_t n) {
-  const int64_t nb = n / kQK;
-  thread_local std::vector<BlockQ8_0> tmp;
-  tmp.resize(nb);
-  g_quantize_q8_0(x, tmp.data(), n);
-  auto* q = static_cast<int8_t*>(out);
-  auto* d = reinterpret_cast<float*>(q + n);
-  auto* bias = reinterpret_cast<int32_t*>(d + nb);
-  for (int64_t b = 0; b < nb; ++b) {
-    std::memcpy(q + b * kQK, tmp[b].qs, kQK);
-    d[b] = _cvtsh_ss(tmp[b].d);
-    int sum = 0;
-    for (int i = 0; i < kQK; ++i) sum += tmp[b].qs[i];
-    bias[b] = -kOffset * sum;
-  }
-}
+// Activation row: packed_act's Q8_0 row with a -kOffset * sum bias, 64-byte multiple.
+size_t act_bytes(int64_t n) { return packed_act::q8_row_bytes(n, 64); }
+void quantize_act(const float* x, void* out, int64_t n) { packed_act::q8_row<kOffset>(g_quantize_q8_0, x, out, n); }
 
 // 2^(e - 128) for 16 exponent bytes, as mxfp4_half_scale: the float with
 // exponent field e - 1, or for e < 2 the subnormal 2^21 << e (x 2^-149).
