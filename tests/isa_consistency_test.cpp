@@ -63,6 +63,6 @@ TEST_P(IsaConsistency, LogitsMatchScalarReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, IsaConsistency,
                          ::testing::Values("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
-                                           "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M"));
+                                           "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "MXFP4"));
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace {
 enum FileType {
   kAllF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10,
   kQ3_K_S = 11, kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17,
-  kQ6_K = 18, kBF16 = 32,
+  kQ6_K = 18, kBF16 = 32, kMXFP4_MOE = 38,
 };
 
 // Uniform K-quant types carry the llama.cpp "small" file type nearest to them.
@@ -26,6 +26,7 @@ constexpr QuantRecipe kRecipes[] = {
     {"Q2_K", DType::Q2_K, kQ2_K, false},   {"Q3_K", DType::Q3_K, kQ3_K_S, false},
     {"Q4_K", DType::Q4_K, kQ4_K_S, false}, {"Q5_K", DType::Q5_K, kQ5_K_S, false},
     {"Q6_K", DType::Q6_K, kQ6_K, false},   {"Q4_K_M", DType::Q4_K, kQ4_K_M, true},
+    {"MXFP4", DType::MXFP4, kMXFP4_MOE, false},
 };
 
 bool same_ignore_case(const std::string& a, const char* b) {
@@ -106,6 +107,7 @@ const char* file_type_name(int file_type) {
     case kQ5_K_S: return "Q5_K - Small";
     case kQ5_K_M: return "Q5_K - Medium";
     case kQ6_K: return "Q6_K";
+    case kMXFP4_MOE: return "MXFP4 MoE";
     default: return "?";
   }
 }

@@ -117,7 +117,7 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--arch", o->synth.arch, "Architecture: llama, qwen2, qwen3, deepseek2 (default: the preset's)");
   cmd->add_option("--preset", o->synth.preset, "Model shape: " + presets)->capture_default_str();
   cmd->add_option("--type", o->synth.type,
-                  "Weight type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K, "
+                  "Weight type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K MXFP4, "
                   "or llama.cpp's Q4_K_M mix. deepseek2: the routed experts' type; with Q4_K / Q4_K_M the other "
                   "matrices follow llama.cpp's Q4_K_M rules (output and every third ffn_down / ffn_down_shexp "
                   "Q6_K, attn_k_b Q5_0 as 128-wide rows cannot be Q4_K, the rest Q4_K); router, exp_probs_b and "
