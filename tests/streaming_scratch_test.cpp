@@ -314,8 +314,9 @@ TEST(StreamingScratch, ReadAheadNeverMakesAPassReadAUnitTwice) {
             << st.tensor_slots << " tensor slots, " << st.expert_slots << " expert slots, " << policy << ", pause "
             << pause_ms << " ms";
         // Some read-ahead happened: not every queued unit was dropped (no room, or looked up first).
-        if (pause_ms > 0)
+        if (pause_ms > 0) {
           EXPECT_GT(st.prefetch_issued, st.prefetch_dropped) << st.expert_slots << " expert slots, " << policy;
+        }
       }
     }
   }

@@ -64,32 +64,33 @@ void convert_packed_activations(ThreadPool& pool, const PackedKernels& pk, const
   }
 }
 
-void run_packed_jobs(ThreadPool& pool, std::vector<PackedJob>& jobs, const float* x, int64_t n_tokens,
+constexpr int kMaxPackedJobs = 8;  // matrices one matmul_many call may share a job between
+
+// jobs[0 .. n_jobs): no heap allocation here, this runs several times per layer per token.
+void run_packed_jobs(ThreadPool& pool, PackedJob* jobs, int n_jobs, const float* x, int64_t n_tokens,
                      std::vector<uint8_t>& scratch) {
-  // One converted copy per distinct activation format.
-  std::vector<size_t> offset(jobs.size());
+  // One converted copy per distinct activation format: jobs with the same
+  // quantize_act point at the first such job's copy.
+  size_t offset[kMaxPackedJobs];
+  int owner[kMaxPackedJobs];
   size_t total = 0;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    size_t j = 0;
-    while (j < i && jobs[j].pk->quantize_act != jobs[i].pk->quantize_act) ++j;
-    if (j < i) {
-      offset[i] = offset[j];
-    } else {
-      offset[i] = total;
-      total += jobs[i].pk->act_bytes(jobs[i].w->n_cols) * n_tokens;
-    }
+  for (int i = 0; i < n_jobs; ++i) {
+    owner[i] = i;
+    for (int j = 0; j < i; ++j)
+      if (jobs[j].pk->quantize_act == jobs[i].pk->quantize_act) { owner[i] = j; break; }
+    offset[i] = owner[i] == i ? total : offset[owner[i]];
+    if (owner[i] == i) total += jobs[i].pk->act_bytes(jobs[i].w->n_cols) * n_tokens;
   }
   scratch.resize(total);
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    size_t j = 0;
-    while (j < i && jobs[j].pk->quantize_act != jobs[i].pk->quantize_act) ++j;
-    if (j == i) convert_packed_activations(pool, *jobs[i].pk, x, jobs[i].w->n_cols, n_tokens, scratch.data() + offset[i]);
+  for (int i = 0; i < n_jobs; ++i) {
+    if (owner[i] == i)
+      convert_packed_activations(pool, *jobs[i].pk, x, jobs[i].w->n_cols, n_tokens, scratch.data() + offset[i]);
   }
   // Decode: several tasks per thread for balance. Prefill: fewer, bigger
   // tasks (each costs a pass over all activations), but every thread busy.
   const int64_t tasks_wanted = (int64_t)pool.size() * (n_tokens == 1 ? 8 : 4);
   int64_t all_tasks = 0;
-  for (size_t i = 0; i < jobs.size(); ++i) {
+  for (int i = 0; i < n_jobs; ++i) {
     PackedJob& jb = jobs[i];
     jb.act = scratch.data() + offset[i];
     const int64_t n_groups = (jb.w->n_rows + jb.pk->rows - 1) / jb.pk->rows;
@@ -98,7 +99,7 @@ void run_packed_jobs(ThreadPool& pool, std::vector<PackedJob>& jobs, const float
     all_tasks += jb.n_tasks;
   }
   pool.run(all_tasks, [&](int64_t task, int) {
-    size_t i = 0;
+    int i = 0;
     while (task >= jobs[i].n_tasks) task -= jobs[i++].n_tasks;
     const PackedJob& jb = jobs[i];
     const PackedKernels& pk = *jb.pk;
@@ -113,8 +114,8 @@ void run_packed_jobs(ThreadPool& pool, std::vector<PackedJob>& jobs, const float
 
 void matmul_packed(ThreadPool& pool, const PackedKernels& pk, const MatView& w, const float* x,
                    int64_t n_tokens, float* y, std::vector<uint8_t>& scratch) {
-  std::vector<PackedJob> jobs = {PackedJob{&pk, &w, y}};
-  run_packed_jobs(pool, jobs, x, n_tokens, scratch);
+  PackedJob job{&pk, &w, y};
+  run_packed_jobs(pool, &job, 1, x, n_tokens, scratch);
 }
 
 // Block-scaled weights (F8_E4M3 with a scale grid), float activations. One
@@ -293,17 +294,19 @@ void matmul_many(ThreadPool& pool, const MatView* const* w, float* const* y, int
                  int64_t n_tokens, std::vector<uint8_t>& scratch) {
   if (n_tokens <= 0) return;
   const KernelTable& k = kernels();
-  std::vector<PackedJob> jobs;
+  SPOOL_CHECK(n_mats <= kMaxPackedJobs);
+  PackedJob jobs[kMaxPackedJobs];
+  int n_jobs = 0;
   for (int i = 0; i < n_mats; ++i) {
     const bool packed = w[i]->packed && k[w[i]->type].packed.rows > 0 && !w[i]->block_scale;
     SPOOL_CHECK(w[i]->n_cols == w[0]->n_cols);
     if (packed && w[i]->n_rows > 0) {
-      jobs.push_back(PackedJob{&k[w[i]->type].packed, w[i], y[i]});
+      jobs[n_jobs++] = PackedJob{&k[w[i]->type].packed, w[i], y[i]};
     } else {
       matmul(pool, *w[i], x, n_tokens, y[i], scratch);
     }
   }
-  if (!jobs.empty()) run_packed_jobs(pool, jobs, x, n_tokens, scratch);
+  if (n_jobs > 0) run_packed_jobs(pool, jobs, n_jobs, x, n_tokens, scratch);
 }
 
 void matmul_pair(ThreadPool& pool, const MatView& a, const MatView& b, const float* x, int64_t n_tokens, float* ya,

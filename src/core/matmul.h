@@ -51,7 +51,7 @@ void matmul(ThreadPool& pool, const MatView& w, const float* x, int64_t n_tokens
 // Several matrices applied to the same input x (Q/K/V, gate/up): y[i] =
 // x W[i]^T. Matrices with a packed copy share one activation conversion per
 // format and one pool job; the others go through matmul() one by one. Each
-// result equals matmul()'s for that matrix alone.
+// result equals matmul()'s for that matrix alone. At most 8 matrices.
 void matmul_many(ThreadPool& pool, const MatView* const* w, float* const* y, int n_mats, const float* x,
                  int64_t n_tokens, std::vector<uint8_t>& scratch);
 // The common pair (a feed-forward's gate and up): ya = x a^T, yb = x b^T.
