@@ -40,4 +40,16 @@ std::string chat_template_source(const gguf::File& file) {
   return file.get_string("tokenizer.chat_template", "");
 }
 
+std::vector<int32_t> chat_prompt_tokens(const std::vector<ChatMessage>& messages, const Tokenizer& tok,
+                                        const ChatTemplate& tmpl) {
+  const auto token = [&](int32_t id) { return id >= 0 ? tok.token_text(id) : std::string(); };
+  const std::string bos = token(tok.bos());
+  const std::string prompt = tmpl.render(messages, true, bos, token(tok.eos()));
+  std::vector<int32_t> ids;
+  if (tok.add_bos() && tok.bos() >= 0 && !(!bos.empty() && prompt.starts_with(bos))) ids.push_back(tok.bos());
+  const std::vector<int32_t> body = tok.encode(prompt, false, true);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
 }  // namespace spool

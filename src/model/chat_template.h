@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/jinja.h"
+#include "model/tokenizer.h"
 
 namespace spool {
 namespace gguf { struct File; }
@@ -36,5 +37,11 @@ class ChatTemplate {
 
 // The chat template in a model's metadata, or "" if it has none.
 std::string chat_template_source(const gguf::File& file);
+
+// The chat prompt as `spool run --chat` builds it: the template rendered with
+// add_generation_prompt, BOS added when the tokenizer wants it and the template
+// did not write it.
+std::vector<int32_t> chat_prompt_tokens(const std::vector<ChatMessage>& messages, const Tokenizer& tok,
+                                        const ChatTemplate& tmpl);
 
 }  // namespace spool

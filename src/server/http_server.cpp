@@ -15,10 +15,6 @@
 
 namespace spool::server {
 
-namespace {
-
-using Handler = std::function<void(ServerContext&, const httplib::Request&, httplib::Response&)>;
-
 // Every route goes through here: whatever a handler throws becomes an OpenAI error response.
 httplib::Server::Handler guarded(ServerContext& ctx, Handler h) {
   return [&ctx, h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
@@ -31,6 +27,8 @@ httplib::Server::Handler guarded(ServerContext& ctx, Handler h) {
     }
   };
 }
+
+namespace {
 
 void reply_json(httplib::Response& res, const json& j) { res.set_content(dump_json(j), "application/json"); }
 
@@ -108,7 +106,8 @@ void add_routes(ServerContext& ctx) {
   http.Get("/metrics", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
     const WeightStore& store = c.engine.model().weights();
     const StoreStats weights = store.streaming() ? store.stats_snapshot() : StoreStats{};
-    res.set_content(render_metrics(c.engine.stats(), c.counters.snapshot(), store.streaming() ? &weights : nullptr),
+    res.set_content(render_metrics(c.engine.stats(), c.counters.snapshot(), store.streaming() ? &weights : nullptr) +
+                        pipeline_metrics(c),
                     "text/plain; version=0.0.4");
   }));
   http.Get("/v1/models", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
@@ -125,6 +124,7 @@ void add_routes(ServerContext& ctx) {
             guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
               handle_completion(c, req, res, Endpoint::ChatCompletions);
             }));
+  add_pipeline_routes(ctx);
   http.Post("/tokenize", guarded(ctx, handle_tokenize));
   http.Post("/detokenize", guarded(ctx, handle_detokenize));
 }
@@ -206,6 +206,8 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
 }
 
 ApiServer::~ApiServer() { stop(); }
+
+void ApiServer::set_pipeline_runner(agents::PipelineRunner* runner) { ctx_->runner = runner; }
 
 int ApiServer::bind() {
   const ServerOptions& o = ctx_->options;

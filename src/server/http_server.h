@@ -11,6 +11,10 @@
 
 #include "runtime/engine.h"
 
+namespace spool::agents {
+class PipelineRunner;
+}
+
 namespace spool::server {
 
 struct ServerOptions {
@@ -30,6 +34,10 @@ class ApiServer {
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
+
+  // The agent runtime behind /v1/pipelines (set before listen(); without it
+  // those routes answer 404). Not owned.
+  void set_pipeline_runner(agents::PipelineRunner* runner);
 
   // Binds the listening socket; returns the port. Throws spool::Error on failure.
   int bind();

@@ -198,18 +198,6 @@ ApiRequest parse_api_request(const json& body, Endpoint endpoint) {
   return r;
 }
 
-std::vector<int32_t> chat_prompt_tokens(const std::vector<ChatMessage>& messages, const Tokenizer& tok,
-                                        const ChatTemplate& tmpl) {
-  const auto token = [&](int32_t id) { return id >= 0 ? tok.token_text(id) : std::string(); };
-  const std::string bos = token(tok.bos());
-  const std::string prompt = tmpl.render(messages, true, bos, token(tok.eos()));
-  std::vector<int32_t> ids;
-  if (tok.add_bos() && tok.bos() >= 0 && !(!bos.empty() && prompt.starts_with(bos))) ids.push_back(tok.bos());
-  const std::vector<int32_t> body = tok.encode(prompt, false, true);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
-}
-
 RequestParams to_request_params(const ApiRequest& r, const PromptContext& ctx) {
   const Tokenizer& tok = *ctx.tokenizer;
   RequestParams p;

@@ -51,10 +51,5 @@ struct PromptContext {
 // (as OpenAI's) and to the rest of the context for chat.
 RequestParams to_request_params(const ApiRequest& request, const PromptContext& ctx);
 
-// The chat prompt as `spool run --chat` builds it: the template rendered with
-// add_generation_prompt, BOS added when the tokenizer wants it and the template
-// did not write it.
-std::vector<int32_t> chat_prompt_tokens(const std::vector<ChatMessage>& messages, const Tokenizer& tok,
-                                        const ChatTemplate& tmpl);
 
 }  // namespace spool::server

@@ -8,6 +8,7 @@
 
 #include <httplib.h>
 
+#include "agents/pipeline_runner.h"
 #include "model/chat_template.h"
 #include "server/api_error.h"
 #include "server/http_server.h"
@@ -23,6 +24,7 @@ struct ApiServer::Context {
   HttpCounters counters;
   std::time_t created = 0;
   httplib::Server http;
+  agents::PipelineRunner* runner = nullptr;  // null: the pipeline routes answer 404
 
   Context(Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {}
   PromptContext prompt_context() const {
@@ -30,6 +32,10 @@ struct ApiServer::Context {
   }
 };
 using ServerContext = ApiServer::Context;
+
+using Handler = std::function<void(ServerContext&, const httplib::Request&, httplib::Response&)>;
+// Wraps a route: whatever the handler throws becomes an OpenAI error response.
+httplib::Server::Handler guarded(ServerContext& ctx, Handler h);
 
 // The request body as a JSON object; 400 with the parser's message otherwise.
 nlohmann::json parse_json_body(const httplib::Request& req);
@@ -40,5 +46,10 @@ void write_error(httplib::Response& res, const ApiError& e);
 
 // /v1/completions and /v1/chat/completions (completion_handler.cpp).
 void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+
+// /v1/pipelines and /v1/pipeline-specs (pipeline_handler.cpp).
+void add_pipeline_routes(ServerContext& ctx);
+// The agent runtime's lines for /metrics ("" without a runner).
+std::string pipeline_metrics(ServerContext& ctx);
 
 }  // namespace spool::server

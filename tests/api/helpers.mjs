@@ -15,10 +15,19 @@ export const SHARED = process.env.SPOOL_SHARED_DIR ?? path.resolve(here, '../../
 export const STORIES = path.join(SHARED, 'models/stories260K.gguf');
 
 // Starts `spool serve -m model --port 0 ...args`; resolves once it listens.
-export function startServer(model, args = [], { timeoutMs = 30000 } = {}) {
+// Without --data-dir in args each server gets its own temp data dir (removed
+// when it stops), as two servers may not share one.
+export function startServer(model, args = [], { timeoutMs = 30000, env = {} } = {}) {
+  let ownDir = null;
+  if (!args.includes('--data-dir')) {
+    ownDir = mkdtempSync(path.join(tmpdir(), 'spool-data-'));
+    args = [...args, '--data-dir', ownDir];
+  }
   const proc = spawn(SPOOL_BIN, ['serve', '-m', model, '--port', '0', '-t', '1', ...args], {
     stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, ...env },
   });
+  if (ownDir) proc.on('exit', () => rmSync(ownDir, { recursive: true, force: true }));
   let stderr = '';
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {

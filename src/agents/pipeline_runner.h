@@ -1,0 +1,132 @@
+// The agent runtime: runs pipelines (agents in stages) through the serving
+// engine, with a durable queue in the RunStore.
+//
+// A run is validated and stored before submit() returns (status queued);
+// `max_runs` worker threads take runs in submission order. Each agent step
+// renders its prompt (template + context policy), goes to its model's engine
+// as an ordinary request, and streams its tokens as events; the agents of a
+// parallel stage are submitted together, so the engine's scheduler decodes
+// them in one batch and their shared prompt prefix is computed once (prefix
+// cache). A failed attempt is retried up to the agent's `retries`; a step
+// that is done is stored with its output and never run again, which is what
+// makes a run resumable after a crash (start() requeues runs left queued or
+// running). Events: start / token / output / retry / failed per agent and
+// done per run; all but token deltas are stored, so an SSE client can resume
+// with Last-Event-ID after a restart.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agents/pipeline_spec.h"
+#include "agents/run_store.h"
+#include "model/chat_template.h"
+#include "runtime/engine.h"
+
+namespace spool::agents {
+
+// A model an agent may use: its engine and chat template (null: plain text
+// prompts, system prompt first).
+struct AgentModel {
+  Engine* engine = nullptr;
+  const ChatTemplate* chat_template = nullptr;
+};
+using ModelResolver = std::function<AgentModel(const std::string& alias)>;
+
+struct RunnerOptions {
+  int max_runs = 1;            // runs executing at once; the rest wait queued, in order
+  bool log_to_stderr = true;   // one line per agent event on stderr (always stored with the run)
+};
+
+struct RunnerStats {
+  int64_t queued = 0, running = 0;
+  std::map<std::string, int64_t> runs_by_status;  // from the store
+  uint64_t steps_done = 0, steps_failed = 0, retries = 0;
+};
+
+// A batch of events for an SSE client.
+struct EventBatch {
+  std::vector<std::pair<int64_t, nlohmann::json>> events;  // (id, event)
+  bool ended = false;      // the run has ended and every event up to its end is in `events` or before
+  bool known = true;       // false: no such run
+};
+
+class PipelineRunner {
+ public:
+  PipelineRunner(RunStore& store, SpecContext models, ModelResolver resolve, RunnerOptions options);
+  ~PipelineRunner();  // stops the workers; runs in flight stay "running" in the store and resume on the next start
+  PipelineRunner(const PipelineRunner&) = delete;
+  PipelineRunner& operator=(const PipelineRunner&) = delete;
+
+  // Requeues runs the store holds as queued or running, then starts the workers.
+  void start();
+  // Begins stopping (the destructor finishes): engine requests are cancelled,
+  // runs in flight stay resumable, event streams end. Thread-safe, idempotent.
+  void shutdown();
+
+  // Validates (throws SpecError), stores and queues a run; returns its id.
+  std::string submit(const nlohmann::json& spec, const std::string& input);
+  // Validates a spec without running it (throws SpecError).
+  PipelineSpec validate(const nlohmann::json& spec) const;
+
+  // false: unknown run. A queued run ends at once; a running one as soon as
+  // its engine requests are cancelled (their KV blocks are freed then).
+  bool cancel(const std::string& id);
+
+  // GET /v1/pipelines/{id}: nullopt for an unknown id.
+  std::optional<nlohmann::json> run_json(const std::string& id);
+  nlohmann::json list_json(int limit, const std::string& after_id);
+  std::optional<std::vector<std::string>> logs(const std::string& id);
+  // Events with id > after, waiting up to `timeout` for the first one.
+  EventBatch wait_events(const std::string& id, int64_t after, std::chrono::milliseconds timeout);
+  // Blocks until the run has ended or `timeout` passes; returns its status ("" unknown).
+  std::string wait(const std::string& id, std::chrono::milliseconds timeout);
+
+  // Saved specs (PUT/GET /v1/pipeline-specs).
+  void save_spec(const std::string& name, const nlohmann::json& spec) { store_.put_spec(name, spec); }
+  std::optional<nlohmann::json> store_spec(const std::string& name) { return store_.get_spec(name); }
+  std::vector<std::string> spec_names() { return store_.spec_names(); }
+
+  RunnerStats stats();
+  const RunnerOptions& options() const { return options_; }
+
+  struct Run;  // per-run state (pipeline_runner.cpp)
+
+ private:
+  void worker();
+  void execute(const std::shared_ptr<Run>& run);
+  void finish(const std::shared_ptr<Run>& run, const std::string& status, const std::string& error);
+  std::shared_ptr<Run> find(const std::string& id);
+  std::shared_ptr<Run> make_run(const RunRecord& rec);
+  void forget_finished();
+
+  RunStore& store_;
+  SpecContext models_;
+  ModelResolver resolve_;
+  RunnerOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Run>> queue_;
+  std::map<std::string, std::shared_ptr<Run>> runs_;   // queued, running and recently finished
+  std::deque<std::string> finished_order_;
+  std::vector<std::thread> workers_;
+  bool stopping_ = false;
+  int running_ = 0;
+  std::atomic<uint64_t> steps_done_{0}, steps_failed_{0}, retries_{0};
+  friend class RunExecutor;
+};
+
+// "run_" + 24 random hex digits.
+std::string new_run_id(const char* prefix = "run_");
+
+}  // namespace spool::agents

@@ -1,0 +1,433 @@
+// One run's execution: stages in order (rounds repeated until their marker or
+// max_rounds), each agent step as an engine request with retries, prompts
+// from templates under the spec's context policy.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "agents/prompt_template.h"
+#include "agents/run_state.h"
+#include "model/model.h"
+
+namespace spool::agents {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// SPOOL_FAILPOINTS="agent:NAME:N[,agent:NAME2:M]": the first N attempts of
+// every step of agent NAME fail ("injected failure"). A test hook for the
+// retry path; documented in docs/AGENTS.md.
+int injected_failures(const std::string& agent) {
+  const char* env = std::getenv("SPOOL_FAILPOINTS");
+  if (!env) return 0;
+  const std::string s = env;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string item = s.substr(i, j - i);
+    const size_t c1 = item.find(':'), c2 = item.rfind(':');
+    if (c1 != std::string::npos && c2 > c1 && item.substr(0, c1) == "agent" && item.substr(c1 + 1, c2 - c1 - 1) == agent)
+      return std::atoi(item.c_str() + c2 + 1);
+    i = j + 1;
+  }
+  return 0;
+}
+
+std::string one_line(const std::string& s, size_t max) {
+  std::string out;
+  for (char c : s) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    out += c == '\n' ? ' ' : c;
+  }
+  return out;
+}
+
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fs", s);
+  return buf;
+}
+
+}  // namespace
+
+struct RunExecutor::StepResult {
+  bool ok = false;
+  bool retryable = true;
+  std::string output, error;
+  int prompt_tokens = 0, cached_tokens = 0, tokens = 0;
+};
+
+RunExecutor::RunExecutor(PipelineRunner& runner, std::shared_ptr<PipelineRunner::Run> run)
+    : runner_(runner), run_(std::move(run)) {
+  for (StepRecord& s : runner_.store_.steps(run_->id))
+    if (s.status == "done") done_.emplace(std::make_pair(s.agent, s.round), std::move(s));
+}
+
+void RunExecutor::check_stop() const {
+  if (run_->cancelled) throw RunCancelled{};
+  std::lock_guard<std::mutex> lock(runner_.mu_);
+  if (runner_.stopping_) throw RunStopping{};
+}
+
+void RunExecutor::emit(json ev, bool durable) {
+  int64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(run_->mu);
+    seq = ++run_->next_seq;
+    run_->events.emplace_back(seq, ev);
+  }
+  run_->cv.notify_all();
+  if (durable) runner_.store_.add_event(run_->id, seq, ev);
+}
+
+void RunExecutor::log(const std::string& line) {
+  runner_.store_.add_log(run_->id, line);
+  if (runner_.options_.log_to_stderr) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void RunExecutor::execute() {
+  for (const Stage& s : run_->spec.stages) {
+    if (s.kind != Stage::Kind::Rounds) {
+      run_stage(s, 1);
+      continue;
+    }
+    for (int round = 1; round <= s.max_rounds; ++round) {
+      bool marker = false;
+      for (const Stage& b : s.body) {
+        run_stage(b, round);
+        if (!s.until.empty())
+          for (const std::string& name : b.agents) marker = marker || outputs_[name].find(s.until) != std::string::npos;
+      }
+      if (marker) {
+        log("[run:" + run_->id + "] ROUNDS stop marker '" + s.until + "' seen in round " + std::to_string(round));
+        break;
+      }
+    }
+  }
+}
+
+void RunExecutor::run_stage(const Stage& s, int round) {
+  check_stop();
+  const int ord0 = next_ord_;
+  next_ord_ += (int)s.agents.size();
+  std::vector<std::string> outs(s.agents.size());
+  if (s.kind == Stage::Kind::Parallel && run_->spec.enable_batch && s.agents.size() > 1) {
+    // Submitted together: the scheduler decodes them in one batch.
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(s.agents.size());
+    for (size_t i = 0; i < s.agents.size(); ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          outs[i] = run_agent(*run_->spec.agent(s.agents[i]), round, ord0 + (int)i);
+        } catch (...) {
+          errors[i] = std::current_exception();
+          run_->cancel_requests();  // the stage has failed: stop the siblings (their errors are secondary)
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  } else {
+    for (size_t i = 0; i < s.agents.size(); ++i) outs[i] = run_agent(*run_->spec.agent(s.agents[i]), round, ord0 + (int)i);
+  }
+  if (s.agents.size() == 1) {
+    previous_ = outs[0];
+  } else {
+    previous_.clear();
+    for (size_t i = 0; i < s.agents.size(); ++i)
+      previous_ += (i ? "\n\n" : "") + std::string("[") + s.agents[i] + "]\n" + outs[i];
+  }
+}
+
+std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
+  const auto key = std::make_pair(a.name, round);
+  if (const auto it = done_.find(key); it != done_.end()) {  // finished before a restart: not run again
+    std::lock_guard<std::mutex> lock(mu_);
+    outputs_[a.name] = it->second.output;
+    return it->second.output;
+  }
+  const AgentModel m = runner_.resolve_(a.model);
+  if (!m.engine) throw RunFailed{"agent '" + a.name + "': model '" + a.model + "' is not loaded"};
+  const std::string tag = "[agent:" + a.name + "]";
+  const std::string where = " round=" + std::to_string(round) + " run=" + run_->id;
+  StepRecord st;
+  st.agent = a.name;
+  st.round = round;
+  st.ord = ord;
+  st.started_at = unix_now();
+  const auto t0 = Clock::now();
+  const int fail_first = injected_failures(a.name);
+  for (int attempt_no = 1;; ++attempt_no) {
+    check_stop();
+    st.attempts = attempt_no;
+    st.status = "running";
+    runner_.store_.put_step(run_->id, st);
+    emit({{"type", "start"}, {"agent", a.name}, {"round", round}, {"attempt", attempt_no}}, true);
+    log(tag + " START attempt=" + std::to_string(attempt_no) + where);
+    StepResult r;
+    if (attempt_no <= fail_first) {
+      r.error = "injected failure (SPOOL_FAILPOINTS)";
+    } else {
+      int max_tokens = a.max_tokens;
+      try {
+        const std::vector<int32_t> prompt = build_prompt(a, round, m, max_tokens);
+        RequestParams p;
+        p.prompt = prompt;
+        p.max_tokens = max_tokens;
+        p.sampling.temperature = a.temperature;
+        p.sampling.top_p = a.top_p;
+        p.sampling.top_k = 0;
+        p.sampling.min_p = 0;
+        if (a.seed) p.sampling.seed = a.seed;
+        p.stop = a.stop;
+        r = generate(a, m, std::move(p), true, round);
+      } catch (const RunFailed& e) {  // the context policy said fail: retrying cannot help
+        r.error = e.reason;
+        r.retryable = false;
+      }
+    }
+    if (r.ok) {
+      st.status = "done";
+      st.output = r.output;
+      st.prompt_tokens = r.prompt_tokens;
+      st.cached_tokens = r.cached_tokens;
+      st.tokens = r.tokens;
+      st.error.clear();
+      st.finished_at = unix_now();
+      runner_.store_.put_step(run_->id, st);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        outputs_[a.name] = r.output;
+      }
+      ++runner_.steps_done_;
+      emit({{"type", "output"}, {"agent", a.name}, {"round", round}, {"output", r.output}, {"tokens", r.tokens},
+            {"prompt_tokens", r.prompt_tokens}, {"cached_tokens", r.cached_tokens}},
+           true);
+      log(tag + " OUTPUT tokens=" + std::to_string(r.tokens) + where + ": " + one_line(r.output, 120));
+      log(tag + " DONE wall=" + fmt_seconds(std::chrono::duration<double>(Clock::now() - t0).count()) +
+          " tokens=" + std::to_string(r.tokens) + " prompt_tokens=" + std::to_string(r.prompt_tokens) +
+          " cached_tokens=" + std::to_string(r.cached_tokens) + where);
+      return r.output;
+    }
+    check_stop();  // a cancelled request is not a failure
+    st.error = r.error;
+    if (r.retryable && attempt_no <= a.retries) {
+      ++runner_.retries_;
+      st.status = "retrying";
+      runner_.store_.put_step(run_->id, st);
+      emit({{"type", "retry"}, {"agent", a.name}, {"round", round}, {"attempt", attempt_no}, {"error", r.error}}, true);
+      log(tag + " RETRY " + std::to_string(attempt_no) + "/" + std::to_string(a.retries) + where + ": " + r.error);
+      continue;
+    }
+    st.status = "failed";
+    st.finished_at = unix_now();
+    runner_.store_.put_step(run_->id, st);
+    ++runner_.steps_failed_;
+    emit({{"type", "failed"}, {"agent", a.name}, {"round", round}, {"attempts", attempt_no}, {"error", r.error}}, true);
+    log(tag + " FAILED after " + std::to_string(attempt_no) + " attempt" + (attempt_no > 1 ? "s" : "") + where + ": " +
+        r.error);
+    throw RunFailed{"agent '" + a.name + "' (round " + std::to_string(round) + ") failed after " +
+                    std::to_string(attempt_no) + " attempt" + (attempt_no > 1 ? "s" : "") + ": " + r.error};
+  }
+}
+
+std::vector<int32_t> RunExecutor::tokenize(const AgentSpec& a, const AgentModel& m, const std::string& user) {
+  const Tokenizer& tok = m.engine->model().tokenizer();
+  if (m.chat_template) {
+    std::vector<ChatMessage> msgs;
+    if (!a.system.empty()) msgs.push_back(ChatMessage{"system", a.system});
+    msgs.push_back(ChatMessage{"user", user});
+    return chat_prompt_tokens(msgs, tok, *m.chat_template);
+  }
+  return tok.encode(a.system.empty() ? user : a.system + "\n\n" + user, true, false);
+}
+
+// Renders the agent's template; when prompt + max_tokens would not fit the
+// context, applies the spec's policy to the history pieces ({previous},
+// {agents.X.output}): summarize them (the model writes a summary), truncate
+// their oldest text, or fail.
+std::vector<int32_t> RunExecutor::build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens) {
+  const PipelineSpec& spec = run_->spec;
+  TemplateVars v;
+  v.task = spec.task.empty() ? run_->input : spec.task;
+  v.input = run_->input.empty() ? v.task : run_->input;
+  v.previous = previous_;
+  v.round = round;
+  v.agent_output = [this](const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = outputs_.find(name);
+    return it == outputs_.end() ? std::string() : it->second;
+  };
+  std::vector<PromptPiece> pieces;
+  if (template_placeholders(a.prompt).empty()) {
+    // No placeholders: the task and the previous stage's output follow the prompt.
+    if (!a.prompt.empty()) pieces.push_back({a.prompt + "\n\n", false});
+    pieces.push_back({"Task: " + v.task, false});
+    if (!previous_.empty()) {
+      pieces.push_back({"\n\nPrevious output:\n", false});
+      pieces.push_back({previous_, true});
+    }
+  } else {
+    pieces = render_template(a.prompt, v);
+  }
+  const int n_ctx = m.engine->options().n_ctx;
+  const int limit = spec.max_context > 0 ? std::min(spec.max_context, n_ctx) : n_ctx;
+  if (max_tokens >= limit)
+    throw RunFailed{"max_tokens " + std::to_string(max_tokens) + " leaves no room for a prompt in a context of " +
+                    std::to_string(limit) + " tokens"};
+  std::vector<int32_t> ids = tokenize(a, m, join_pieces(pieces));
+  if ((int)ids.size() + max_tokens <= limit) return ids;
+
+  const std::string tag = "[agent:" + a.name + "]";
+  const int before = (int)ids.size();
+  const Tokenizer& tok = m.engine->model().tokenizer();
+  if (spec.context_policy == ContextPolicy::Fail)
+    throw RunFailed{"the prompt has " + std::to_string(ids.size()) + " tokens and max_tokens is " +
+                    std::to_string(max_tokens) + ": over max_context " + std::to_string(limit) +
+                    " (context_policy fail)"};
+  // History pieces, largest first, are summarized (policy summarize) and/or cut from their start.
+  for (int pass = 0; pass < 2 && (int)ids.size() + max_tokens > limit; ++pass) {
+    const bool summarizing = pass == 0 && spec.context_policy == ContextPolicy::Summarize;
+    if (pass == 0 && !summarizing) continue;
+    std::vector<size_t> order;
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (pieces[i].history && !pieces[i].text.empty()) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return pieces[x].text.size() > pieces[y].text.size(); });
+    for (size_t i : order) {
+      // A few tries per piece: token counts shift a little where the text is cut.
+      for (int tries = 0; tries < 4 && (int)ids.size() + max_tokens > limit && !pieces[i].text.empty(); ++tries) {
+        const int excess = (int)ids.size() + max_tokens - limit;
+        const std::string header = summarizing ? "[summary of earlier output]\n" : "[earlier text truncated]\n";
+        const std::vector<int32_t> piece = tok.encode(pieces[i].text, false, false);
+        const int keep = (int)piece.size() - excess - (int)tok.encode(header, false, false).size() - 2 * tries;
+        if (summarizing) {
+          if (tries > 0) break;  // one summary per piece; the truncation pass trims what is left
+          pieces[i].text = header + summarize(a, m, pieces[i].text, std::max(8, keep));
+        } else {
+          pieces[i].text = keep > 0 ? header + tok.decode(std::vector<int32_t>(piece.end() - keep, piece.end()))
+                                    : std::string();
+        }
+        ids = tokenize(a, m, join_pieces(pieces));
+      }
+    }
+  }
+  if ((int)ids.size() + max_tokens > limit)
+    throw RunFailed{"the prompt has " + std::to_string(ids.size()) + " tokens after applying context_policy " +
+                    context_policy_name(spec.context_policy) + ", still over max_context " + std::to_string(limit) +
+                    " with max_tokens " + std::to_string(max_tokens)};
+  log(tag + " CONTEXT " + context_policy_name(spec.context_policy) + " " + std::to_string(before) + " -> " +
+      std::to_string(ids.size()) + " prompt tokens (max_context " + std::to_string(limit) + ") run=" + run_->id);
+  return ids;
+}
+
+// The model's own summary of `text` in at most max_tokens tokens (the text cut
+// from its start if even the summarizing request would not fit).
+std::string RunExecutor::summarize(const AgentSpec& a, const AgentModel& m, const std::string& text, int max_tokens) {
+  const Tokenizer& tok = m.engine->model().tokenizer();
+  AgentSpec s = a;
+  s.system = "You write short, faithful summaries.";
+  const std::string head = "Summarize the following text in a few sentences, keeping facts, decisions and results:\n\n";
+  const int n_ctx = m.engine->options().n_ctx;
+  std::vector<int32_t> body = tok.encode(text, false, false);
+  const int overhead = (int)tokenize(s, m, head).size() + 8;
+  const int room = n_ctx - overhead - max_tokens;
+  if (room <= 0) return "";
+  if ((int)body.size() > room) body.erase(body.begin(), body.end() - room);
+  RequestParams p;
+  p.prompt = tokenize(s, m, head + tok.decode(body));
+  p.max_tokens = max_tokens;
+  p.sampling.temperature = 0;
+  const StepResult r = generate(s, m, std::move(p), false, 0);
+  if (!r.ok) throw RunFailed{"summarizing the context failed: " + r.error};
+  return r.output;
+}
+
+RunExecutor::StepResult RunExecutor::generate(const AgentSpec& a, const AgentModel& m, RequestParams p,
+                                              bool stream_tokens, int round) {
+  struct Mailbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<RequestEvent> events;
+  };
+  auto box = std::make_shared<Mailbox>();
+  RequestId rid = 0;
+  // A full queue is back-pressure, not a failure: wait for room.
+  for (;;) {
+    check_stop();
+    try {
+      rid = m.engine->submit(p, [box](const RequestEvent& ev) {
+        {
+          std::lock_guard<std::mutex> lock(box->mu);
+          box->events.push_back(ev);
+        }
+        box->cv.notify_one();
+      });
+      break;
+    } catch (const QueueFull&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } catch (const InvalidRequest& e) {
+      StepResult r;
+      r.error = e.what();
+      r.retryable = false;
+      return r;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(run_->mu);
+    run_->in_flight.emplace(m.engine, rid);
+  }
+  if (run_->cancelled) m.engine->cancel(rid);  // cancel() may have run before the request was registered
+  const auto deadline = a.timeout_s > 0 ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                             std::chrono::duration<double>(a.timeout_s))
+                                        : Clock::time_point::max();
+  StepResult r;
+  bool timed_out = false, stop_sent = false;
+  for (bool finished = false; !finished;) {
+    std::vector<RequestEvent> evs;
+    {
+      std::unique_lock<std::mutex> lock(box->mu);
+      box->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !box->events.empty(); });
+      evs.swap(box->events);
+    }
+    for (const RequestEvent& ev : evs) {
+      r.output += ev.text;
+      if (stream_tokens && !ev.text.empty())
+        emit({{"type", "token"}, {"agent", a.name}, {"round", round}, {"text", ev.text}}, false);
+      if (!ev.finished) continue;
+      finished = true;
+      r.prompt_tokens = ev.prompt_tokens;
+      r.cached_tokens = ev.cached_tokens;
+      r.tokens = ev.completion_tokens;
+      if (ev.reason == FinishReason::Error) r.error = "generation failed: " + ev.error;
+      else if (ev.reason == FinishReason::Cancelled) r.error = timed_out ? "timed out after " + fmt_seconds(a.timeout_s) : "cancelled";
+      else r.ok = true;
+    }
+    if (finished || stop_sent) continue;
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(runner_.mu_);
+      stopping = runner_.stopping_;
+    }
+    if (run_->cancelled || stopping || Clock::now() >= deadline) {
+      timed_out = !run_->cancelled && !stopping;
+      stop_sent = true;
+      m.engine->cancel(rid);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(run_->mu);
+    run_->in_flight.erase({m.engine, rid});
+  }
+  return r;
+}
+
+}  // namespace spool::agents

@@ -1,0 +1,76 @@
+// Internal to src/agents: the in-memory state of one run (events for SSE
+// clients, the cancel flag, the engine requests in flight) and the executor
+// that walks its stages.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agents/pipeline_runner.h"
+
+namespace spool::agents {
+
+struct PipelineRunner::Run {
+  std::string id;
+  nlohmann::json spec_json;
+  PipelineSpec spec;
+  std::string input;
+  std::atomic<bool> cancelled{false};
+  int64_t base_seq = 0;  // events up to this id were stored by an earlier process (restart)
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<int64_t, nlohmann::json>> events;  // every event, token deltas included
+  int64_t next_seq = 0;
+  bool ended = false;
+  std::string status = "queued";
+  std::set<std::pair<Engine*, RequestId>> in_flight;    // engine requests to cancel
+
+  void cancel_requests() {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [engine, rid] : in_flight) engine->cancel(rid);
+  }
+};
+
+// Thrown through the executor when the run must stop.
+struct RunCancelled {};
+struct RunStopping {};  // server shutting down: leave the run resumable
+struct RunFailed {
+  std::string reason;
+};
+
+// Executes one run's stages (run_executor.cpp).
+class RunExecutor {
+ public:
+  RunExecutor(PipelineRunner& runner, std::shared_ptr<PipelineRunner::Run> run);
+  void execute();  // throws RunCancelled, RunStopping or RunFailed
+
+ private:
+  struct StepResult;
+  void run_stage(const Stage& s, int round);
+  std::string run_agent(const AgentSpec& a, int round, int ord);
+  StepResult attempt(const AgentSpec& a, int round, const std::vector<int32_t>& prompt, int attempt_no);
+  std::vector<int32_t> build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens);
+  std::string summarize(const AgentSpec& a, const AgentModel& m, const std::string& text, int max_tokens);
+  StepResult generate(const AgentSpec& a, const AgentModel& m, RequestParams p, bool stream_tokens, int round);
+  std::vector<int32_t> tokenize(const AgentSpec& a, const AgentModel& m, const std::string& user);
+  void emit(nlohmann::json ev, bool durable);
+  void log(const std::string& line);
+  void check_stop() const;
+
+  PipelineRunner& runner_;
+  std::shared_ptr<PipelineRunner::Run> run_;
+  std::map<std::pair<std::string, int>, StepRecord> done_;  // finished steps from the store (resume)
+  std::map<std::string, std::string> outputs_;              // latest output per agent
+  std::string previous_;
+  int next_ord_ = 0;
+  std::mutex mu_;  // parallel agents write outputs_ and the store from several threads
+};
+
+}  // namespace spool::agents

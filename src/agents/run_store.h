@@ -1,0 +1,108 @@
+// The durable store of the agent runtime: SQLite in WAL mode (synchronous
+// FULL) in the server's data directory. It holds saved specs, runs, their
+// agent steps (with outputs), the durable events of each run (everything but
+// token deltas), log lines, and the Batch API's files and batches. After a
+// crash, runs still marked running are resumed from their last completed
+// step: nothing accepted is lost.
+//
+// One connection, serialized by a mutex: the writes are a few per agent step,
+// far from SQLite's limits.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace spool::agents {
+
+struct RunRecord {
+  int64_t seq = 0;            // insertion order
+  std::string id;
+  std::string kind = "pipeline";
+  nlohmann::json spec;        // the spec as submitted (validated)
+  std::string input;
+  std::string status;         // queued | running | completed | failed | cancelled
+  std::string error;
+  double created_at = 0, started_at = 0, finished_at = 0;
+};
+
+struct StepRecord {
+  std::string agent;
+  int round = 1;
+  int ord = 0;                // position in the run (order of first start)
+  std::string status;         // running | retrying | done | failed | cancelled
+  std::string output;
+  int attempts = 0, prompt_tokens = 0, cached_tokens = 0, tokens = 0;
+  std::string error;
+  double started_at = 0, finished_at = 0;
+};
+
+struct FileRecord {
+  std::string id, filename, purpose;
+  int64_t bytes = 0;
+  double created_at = 0;
+};
+
+// Opens (creating) <dir>/spool.db and holds an exclusive lock on
+// <dir>/spool.lock for the object's life: a second process on the same
+// directory gets an Error naming it.
+class RunStore {
+ public:
+  // dir == "": an in-memory store (tests, `spool agents run` without --data-dir).
+  explicit RunStore(const std::string& dir);
+  ~RunStore();
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+
+  const std::string& dir() const { return dir_; }
+
+  void put_spec(const std::string& name, const nlohmann::json& spec);
+  std::optional<nlohmann::json> get_spec(const std::string& name);
+  std::vector<std::string> spec_names();
+
+  void create_run(const RunRecord& r);
+  // Sets status (and error); stamps started_at when it becomes running, finished_at when it ends.
+  void set_run_status(const std::string& id, const std::string& status, const std::string& error = "");
+  std::optional<RunRecord> get_run(const std::string& id);
+  // Newest first; `before_seq` > 0 pages (runs with smaller seq).
+  std::vector<RunRecord> list_runs(const std::string& kind, int limit, int64_t before_seq = 0);
+  // Oldest first.
+  std::vector<RunRecord> runs_with_status(const std::string& kind, const std::string& status);
+  std::map<std::string, int64_t> count_runs(const std::string& kind);
+
+  void put_step(const std::string& run_id, const StepRecord& s);
+  std::vector<StepRecord> steps(const std::string& run_id);
+
+  void add_event(const std::string& run_id, int64_t seq, const nlohmann::json& ev);
+  std::vector<std::pair<int64_t, nlohmann::json>> events(const std::string& run_id, int64_t after_seq);
+  int64_t last_event_seq(const std::string& run_id);
+
+  void add_log(const std::string& run_id, const std::string& line);
+  std::vector<std::string> logs(const std::string& run_id);
+
+  // Batch API files (content stored in the database).
+  void put_file(const FileRecord& f, const std::string& content);
+  std::optional<FileRecord> get_file(const std::string& id);
+  std::optional<std::string> file_content(const std::string& id);
+
+ private:
+  void exec(const char* sql);
+  std::string dir_;
+  int lock_fd_ = -1;
+  sqlite3* db_ = nullptr;
+  std::mutex mu_;
+};
+
+// The default data directory: $XDG_DATA_HOME/spool, else ~/.local/share/spool.
+std::string default_data_dir();
+
+double unix_now();
+
+}  // namespace spool::agents
