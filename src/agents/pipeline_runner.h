@@ -99,6 +99,7 @@ class PipelineRunner {
 
   RunnerStats stats();
   const RunnerOptions& options() const { return options_; }
+  RunStore& store() { return store_; }
 
   struct Run;  // per-run state (pipeline_runner.cpp)
 

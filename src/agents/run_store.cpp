@@ -194,9 +194,14 @@ void RunStore::set_run_status(const std::string& id, const std::string& status, 
   std::lock_guard<std::mutex> lock(mu_);
   const bool ended = status == "completed" || status == "failed" || status == "cancelled";
   Stmt(db_, "UPDATE runs SET status = ?2, error = ?3, "
-            "started_at = CASE WHEN ?2 = 'running' AND started_at = 0 THEN ?4 ELSE started_at END, "
+            "started_at = CASE WHEN ?2 IN ('running', 'in_progress') AND started_at = 0 THEN ?4 ELSE started_at END, "
             "finished_at = CASE WHEN ?5 THEN ?4 ELSE finished_at END WHERE id = ?1")
       .bind(1, id).bind(2, status).bind(3, error).bind(4, unix_now()).bind(5, (int64_t)ended).run();
+}
+
+void RunStore::set_run_spec(const std::string& id, const json& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt(db_, "UPDATE runs SET spec = ?2 WHERE id = ?1").bind(1, id).bind(2, spec.dump()).run();
 }
 
 std::optional<RunRecord> RunStore::get_run(const std::string& id) {

@@ -68,8 +68,10 @@ class RunStore {
   std::vector<std::string> spec_names();
 
   void create_run(const RunRecord& r);
-  // Sets status (and error); stamps started_at when it becomes running, finished_at when it ends.
+  // Sets status (and error); stamps started_at when it becomes running (or a
+  // batch in_progress), finished_at when it ends (completed, failed, cancelled).
   void set_run_status(const std::string& id, const std::string& status, const std::string& error = "");
+  void set_run_spec(const std::string& id, const nlohmann::json& spec);
   std::optional<RunRecord> get_run(const std::string& id);
   // Newest first; `before_seq` > 0 pages (runs with smaller seq).
   std::vector<RunRecord> list_runs(const std::string& kind, int limit, int64_t before_seq = 0);

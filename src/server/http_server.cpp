@@ -125,6 +125,7 @@ void add_routes(ServerContext& ctx) {
               handle_completion(c, req, res, Endpoint::ChatCompletions);
             }));
   add_pipeline_routes(ctx);
+  add_batch_routes(ctx);
   http.Post("/tokenize", guarded(ctx, handle_tokenize));
   http.Post("/detokenize", guarded(ctx, handle_detokenize));
 }
@@ -207,7 +208,11 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
 
 ApiServer::~ApiServer() { stop(); }
 
-void ApiServer::set_pipeline_runner(agents::PipelineRunner* runner) { ctx_->runner = runner; }
+void ApiServer::set_pipeline_runner(agents::PipelineRunner* runner) {
+  ctx_->runner = runner;
+  ctx_->batches = std::make_unique<BatchRunner>(*ctx_, runner->store());
+  ctx_->batches->start();
+}
 
 int ApiServer::bind() {
   const ServerOptions& o = ctx_->options;
@@ -220,6 +225,9 @@ int ApiServer::bind() {
 
 void ApiServer::listen() { ctx_->http.listen_after_bind(); }
 
-void ApiServer::stop() { ctx_->http.stop(); }
+void ApiServer::stop() {
+  if (ctx_->batches) ctx_->batches->shutdown();
+  ctx_->http.stop();
+}
 
 }  // namespace spool::server

@@ -11,6 +11,7 @@
 #include "agents/pipeline_runner.h"
 #include "model/chat_template.h"
 #include "server/api_error.h"
+#include "server/batch_runner.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -25,6 +26,7 @@ struct ApiServer::Context {
   std::time_t created = 0;
   httplib::Server http;
   agents::PipelineRunner* runner = nullptr;  // null: the pipeline routes answer 404
+  std::unique_ptr<BatchRunner> batches;      // with a runner: the Batch API over its store
 
   Context(Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {}
   PromptContext prompt_context() const {
@@ -49,6 +51,8 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
 
 // /v1/pipelines and /v1/pipeline-specs (pipeline_handler.cpp).
 void add_pipeline_routes(ServerContext& ctx);
+// /v1/files and /v1/batches (batch_handler.cpp).
+void add_batch_routes(ServerContext& ctx);
 // The agent runtime's lines for /metrics ("" without a runner).
 std::string pipeline_metrics(ServerContext& ctx);
 

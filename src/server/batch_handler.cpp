@@ -1,0 +1,111 @@
+// The OpenAI Files and Batch routes (the subset a batch needs), driven
+// unmodified by the official clients:
+//   POST /v1/files (multipart: file, purpose=batch)   GET /v1/files/{id}   GET /v1/files/{id}/content
+//   POST /v1/batches {input_file_id, endpoint, completion_window, metadata}
+//   GET /v1/batches/{id}   GET /v1/batches (?limit, ?after)   POST /v1/batches/{id}/cancel
+// Stored in the server's data dir; executed by BatchRunner.
+#include <nlohmann/json.hpp>
+
+#include "server/batch_runner.h"
+#include "server/openai_format.h"
+#include "server/server_context.h"
+
+namespace spool::server {
+
+namespace {
+
+void reply(httplib::Response& res, const json& j) { res.set_content(dump_json(j), "application/json"); }
+
+BatchRunner& batches_of(ServerContext& ctx) {
+  if (!ctx.batches) throw ApiError(404, "batches are not enabled on this server", "invalid_request_error", "not_found");
+  return *ctx.batches;
+}
+
+json file_json(const agents::FileRecord& f) {
+  return json{{"id", f.id},           {"object", "file"},         {"bytes", f.bytes}, {"created_at", (int64_t)f.created_at},
+              {"filename", f.filename}, {"purpose", f.purpose}, {"status", "processed"}, {"status_details", nullptr}};
+}
+
+void upload_file(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  batches_of(ctx);
+  if (!req.is_multipart_form_data())
+    throw ApiError(400, "upload the file as multipart/form-data with fields 'file' and 'purpose'",
+                   "invalid_request_error", "invalid_request", "file");
+  if (!req.has_file("file")) throw bad_param("file", "the 'file' field is missing", "missing_required_parameter");
+  if (!req.has_file("purpose")) throw bad_param("purpose", "the 'purpose' field is missing", "missing_required_parameter");
+  const httplib::MultipartFormData file = req.get_file_value("file");
+  const std::string purpose = req.get_file_value("purpose").content;
+  if (purpose != "batch") throw bad_param("purpose", "this server stores files with purpose 'batch' only");
+  agents::FileRecord f;
+  f.id = agents::new_run_id("file-");
+  f.filename = file.filename.empty() ? "upload.jsonl" : file.filename;
+  f.purpose = purpose;
+  ctx.runner->store().put_file(f, file.content);
+  reply(res, file_json(*ctx.runner->store().get_file(f.id)));
+}
+
+agents::FileRecord find_file(ServerContext& ctx, const std::string& id) {
+  batches_of(ctx);
+  const std::optional<agents::FileRecord> f = ctx.runner->store().get_file(id);
+  if (!f) throw ApiError(404, "no file '" + id + "'", "invalid_request_error", "not_found", "file_id");
+  return *f;
+}
+
+ApiError no_batch(const std::string& id) {
+  return ApiError(404, "no batch '" + id + "'", "invalid_request_error", "not_found", "batch_id");
+}
+
+}  // namespace
+
+void add_batch_routes(ServerContext& ctx) {
+  httplib::Server& http = ctx.http;
+  http.Post("/v1/files", guarded(ctx, upload_file));
+  http.Get(R"(/v1/files/([A-Za-z0-9_-]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    reply(res, file_json(find_file(c, req.matches[1].str())));
+  }));
+  http.Get(R"(/v1/files/([A-Za-z0-9_-]+)/content)", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    const agents::FileRecord f = find_file(c, req.matches[1].str());
+    res.set_content(*c.runner->store().file_content(f.id), "application/octet-stream");
+  }));
+  http.Post("/v1/batches", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    BatchRunner& b = batches_of(c);
+    const json body = parse_json_body(req);
+    const auto str = [&](const char* key, bool required, const std::string& def) {
+      const auto it = body.find(key);
+      if (it == body.end() || it->is_null()) {
+        if (required) throw bad_param(key, std::string("'") + key + "' is required", "missing_required_parameter");
+        return def;
+      }
+      if (!it->is_string()) throw bad_param(key, std::string("'") + key + "' must be a string", "invalid_type");
+      return it->get<std::string>();
+    };
+    json metadata = body.contains("metadata") ? body["metadata"] : json(nullptr);
+    if (!metadata.is_null() && !metadata.is_object()) throw bad_param("metadata", "'metadata' must be an object", "invalid_type");
+    reply(res, b.create(str("input_file_id", true, ""), str("endpoint", true, ""), str("completion_window", false, "24h"),
+                        metadata));
+  }));
+  http.Get("/v1/batches", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    int limit = 20;
+    if (req.has_param("limit")) {
+      try {
+        limit = std::stoi(req.get_param_value("limit"));
+      } catch (const std::exception&) {
+        limit = -1;
+      }
+      if (limit < 1 || limit > 100) throw bad_param("limit", "limit must be an integer between 1 and 100");
+    }
+    reply(res, batches_of(c).list(limit, req.has_param("after") ? req.get_param_value("after") : ""));
+  }));
+  http.Get(R"(/v1/batches/([A-Za-z0-9_]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    const std::optional<json> b = batches_of(c).get(req.matches[1].str());
+    if (!b) throw no_batch(req.matches[1].str());
+    reply(res, *b);
+  }));
+  http.Post(R"(/v1/batches/([A-Za-z0-9_]+)/cancel)", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    const std::optional<json> b = batches_of(c).cancel(req.matches[1].str());
+    if (!b) throw no_batch(req.matches[1].str());
+    reply(res, *b);
+  }));
+}
+
+}  // namespace spool::server
