@@ -77,20 +77,33 @@ void RunExecutor::check_stop() const {
   if (runner_.stopping_) throw RunStopping{};
 }
 
-void RunExecutor::emit(json ev, bool durable) {
-  int64_t seq;
-  {
+void RunExecutor::record(const StepRecord* step, const json& event, const std::vector<std::string>& lines) {
+  std::lock_guard<std::mutex> order(run_->record_mu);
+  int64_t seq = 0;
+  if (!event.is_null()) {
     std::lock_guard<std::mutex> lock(run_->mu);
-    seq = ++run_->next_seq;
-    run_->events.emplace_back(seq, ev);
+    seq = run_->next_seq + 1;
   }
-  run_->cv.notify_all();
-  if (durable) runner_.store_.add_event(run_->id, seq, ev);
+  runner_.store_.commit(run_->id, step, lines, seq, event);
+  if (seq > 0) {
+    {
+      std::lock_guard<std::mutex> lock(run_->mu);
+      run_->next_seq = seq;
+      run_->events.emplace_back(seq, event);
+    }
+    run_->cv.notify_all();
+  }
+  if (runner_.options_.log_to_stderr)
+    for (const std::string& line : lines) std::fprintf(stderr, "%s\n", line.c_str());
 }
 
-void RunExecutor::log(const std::string& line) {
-  runner_.store_.add_log(run_->id, line);
-  if (runner_.options_.log_to_stderr) std::fprintf(stderr, "%s\n", line.c_str());
+void RunExecutor::emit_token(json ev) {
+  std::lock_guard<std::mutex> order(run_->record_mu);
+  {
+    std::lock_guard<std::mutex> lock(run_->mu);
+    run_->events.emplace_back(++run_->next_seq, std::move(ev));
+  }
+  run_->cv.notify_all();
 }
 
 void RunExecutor::execute() {
@@ -170,9 +183,8 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
     check_stop();
     st.attempts = attempt_no;
     st.status = "running";
-    runner_.store_.put_step(run_->id, st);
-    emit({{"type", "start"}, {"agent", a.name}, {"round", round}, {"attempt", attempt_no}}, true);
-    log(tag + " START attempt=" + std::to_string(attempt_no) + where);
+    record(&st, {{"type", "start"}, {"agent", a.name}, {"round", round}, {"attempt", attempt_no}},
+           {tag + " START attempt=" + std::to_string(attempt_no) + where});
     StepResult r;
     if (attempt_no <= fail_first) {
       r.error = "injected failure (SPOOL_FAILPOINTS)";
@@ -203,19 +215,18 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
       st.tokens = r.tokens;
       st.error.clear();
       st.finished_at = unix_now();
-      runner_.store_.put_step(run_->id, st);
       {
         std::lock_guard<std::mutex> lock(mu_);
         outputs_[a.name] = r.output;
       }
       ++runner_.steps_done_;
-      emit({{"type", "output"}, {"agent", a.name}, {"round", round}, {"output", r.output}, {"tokens", r.tokens},
-            {"prompt_tokens", r.prompt_tokens}, {"cached_tokens", r.cached_tokens}},
-           true);
-      log(tag + " OUTPUT tokens=" + std::to_string(r.tokens) + where + ": " + one_line(r.output, 120));
-      log(tag + " DONE wall=" + fmt_seconds(std::chrono::duration<double>(Clock::now() - t0).count()) +
-          " tokens=" + std::to_string(r.tokens) + " prompt_tokens=" + std::to_string(r.prompt_tokens) +
-          " cached_tokens=" + std::to_string(r.cached_tokens) + where);
+      record(&st,
+             {{"type", "output"}, {"agent", a.name}, {"round", round}, {"output", r.output}, {"tokens", r.tokens},
+              {"prompt_tokens", r.prompt_tokens}, {"cached_tokens", r.cached_tokens}},
+             {tag + " OUTPUT tokens=" + std::to_string(r.tokens) + where + ": " + one_line(r.output, 120),
+              tag + " DONE wall=" + fmt_seconds(std::chrono::duration<double>(Clock::now() - t0).count()) +
+                  " tokens=" + std::to_string(r.tokens) + " prompt_tokens=" + std::to_string(r.prompt_tokens) +
+                  " cached_tokens=" + std::to_string(r.cached_tokens) + where});
       return r.output;
     }
     check_stop();  // a cancelled request is not a failure
@@ -223,18 +234,16 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
     if (r.retryable && attempt_no <= a.retries) {
       ++runner_.retries_;
       st.status = "retrying";
-      runner_.store_.put_step(run_->id, st);
-      emit({{"type", "retry"}, {"agent", a.name}, {"round", round}, {"attempt", attempt_no}, {"error", r.error}}, true);
-      log(tag + " RETRY " + std::to_string(attempt_no) + "/" + std::to_string(a.retries) + where + ": " + r.error);
+      record(&st, {{"type", "retry"}, {"agent", a.name}, {"round", round}, {"attempt", attempt_no}, {"error", r.error}},
+             {tag + " RETRY " + std::to_string(attempt_no) + "/" + std::to_string(a.retries) + where + ": " + r.error});
       continue;
     }
     st.status = "failed";
     st.finished_at = unix_now();
-    runner_.store_.put_step(run_->id, st);
     ++runner_.steps_failed_;
-    emit({{"type", "failed"}, {"agent", a.name}, {"round", round}, {"attempts", attempt_no}, {"error", r.error}}, true);
-    log(tag + " FAILED after " + std::to_string(attempt_no) + " attempt" + (attempt_no > 1 ? "s" : "") + where + ": " +
-        r.error);
+    record(&st, {{"type", "failed"}, {"agent", a.name}, {"round", round}, {"attempts", attempt_no}, {"error", r.error}},
+           {tag + " FAILED after " + std::to_string(attempt_no) + " attempt" + (attempt_no > 1 ? "s" : "") + where +
+            ": " + r.error});
     throw RunFailed{"agent '" + a.name + "' (round " + std::to_string(round) + ") failed after " +
                     std::to_string(attempt_no) + " attempt" + (attempt_no > 1 ? "s" : "") + ": " + r.error};
   }
@@ -401,7 +410,7 @@ RunExecutor::StepResult RunExecutor::generate(const AgentSpec& a, const AgentMod
     for (const RequestEvent& ev : evs) {
       r.output += ev.text;
       if (stream_tokens && !ev.text.empty())
-        emit({{"type", "token"}, {"agent", a.name}, {"round", round}, {"text", ev.text}}, false);
+        emit_token({{"type", "token"}, {"agent", a.name}, {"round", round}, {"text", ev.text}});
       if (!ev.finished) continue;
       finished = true;
       r.prompt_tokens = ev.prompt_tokens;

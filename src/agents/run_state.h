@@ -24,6 +24,7 @@ struct PipelineRunner::Run {
   std::atomic<bool> cancelled{false};
   int64_t base_seq = 0;  // events up to this id were stored by an earlier process (restart)
 
+  std::mutex record_mu;  // orders event ids with their stored records (parallel agents)
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::pair<int64_t, nlohmann::json>> events;  // every event, token deltas included
@@ -60,8 +61,11 @@ class RunExecutor {
   std::string summarize(const AgentSpec& a, const AgentModel& m, const std::string& text, int max_tokens);
   StepResult generate(const AgentSpec& a, const AgentModel& m, RequestParams p, bool stream_tokens, int round);
   std::vector<int32_t> tokenize(const AgentSpec& a, const AgentModel& m, const std::string& user);
-  void emit(nlohmann::json ev, bool durable);
-  void log(const std::string& line);
+  // Stores the step (if any), the log lines and the event in one transaction,
+  // then publishes the event to SSE clients and the lines to stderr.
+  void record(const StepRecord* step, const nlohmann::json& event, const std::vector<std::string>& lines);
+  void emit_token(nlohmann::json ev);  // in memory only
+  void log(const std::string& line) { record(nullptr, nullptr, {line}); }
   void check_stop() const;
 
   PipelineRunner& runner_;

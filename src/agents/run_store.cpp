@@ -250,6 +250,29 @@ void RunStore::put_step(const std::string& run_id, const StepRecord& st) {
       .bind(11, st.error).bind(12, st.started_at).bind(13, st.finished_at).run();
 }
 
+void RunStore::commit(const std::string& run_id, const StepRecord* st, const std::vector<std::string>& log_lines,
+                      int64_t event_seq, const json& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exec("BEGIN IMMEDIATE");
+  try {
+    if (st)
+      Stmt(db_, "INSERT OR REPLACE INTO steps(run_id, agent, round, ord, status, output, attempts, prompt_tokens, "
+                "cached_tokens, tokens, error, started_at, finished_at) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)")
+          .bind(1, run_id).bind(2, st->agent).bind(3, st->round).bind(4, st->ord).bind(5, st->status)
+          .bind(6, st->output).bind(7, st->attempts).bind(8, st->prompt_tokens).bind(9, st->cached_tokens)
+          .bind(10, st->tokens).bind(11, st->error).bind(12, st->started_at).bind(13, st->finished_at).run();
+    for (const std::string& line : log_lines)
+      Stmt(db_, "INSERT INTO logs(run_id, ts, line) VALUES(?1, ?2, ?3)").bind(1, run_id).bind(2, unix_now()).bind(3, line).run();
+    if (event_seq > 0)
+      Stmt(db_, "INSERT OR REPLACE INTO events(run_id, seq, body) VALUES(?1, ?2, ?3)")
+          .bind(1, run_id).bind(2, event_seq).bind(3, event.dump()).run();
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
 std::vector<StepRecord> RunStore::steps(const std::string& run_id) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, "SELECT agent, round, ord, status, output, attempts, prompt_tokens, cached_tokens, tokens, error, "

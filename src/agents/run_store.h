@@ -80,6 +80,10 @@ class RunStore {
   std::map<std::string, int64_t> count_runs(const std::string& kind);
 
   void put_step(const std::string& run_id, const StepRecord& s);
+  // One transaction: the step (if any), its log lines and its event (if seq > 0),
+  // so a crash never keeps a finished step without its DONE line, or the reverse.
+  void commit(const std::string& run_id, const StepRecord* step, const std::vector<std::string>& log_lines,
+              int64_t event_seq, const nlohmann::json& event);
   std::vector<StepRecord> steps(const std::string& run_id);
 
   void add_event(const std::string& run_id, int64_t seq, const nlohmann::json& ev);
