@@ -212,6 +212,7 @@ void BatchRunner::execute(const std::string& id) {
 
   struct InFlight {
     size_t line;
+    Engine* engine = nullptr;
     RequestId rid;
     ResponseMeta meta;
     Generation g;
@@ -225,7 +226,6 @@ void BatchRunner::execute(const std::string& id) {
   auto box = std::make_shared<Box>();
   std::map<size_t, InFlight> in_flight;
   const size_t window = (size_t)std::max(1, ctx_.engine.options().max_running);
-  const TokenText text = [&](int32_t t) { return ctx_.engine.model().tokenizer().token_to_piece(t); };
   const auto is_cancelling = [&] {
     std::lock_guard<std::mutex> lock(mu_);
     return cancelling_.count(id) > 0;
@@ -254,11 +254,11 @@ void BatchRunner::execute(const std::string& id) {
   while (true) {
     cancelled = cancelled || is_cancelling();
     if (is_stopping()) {  // shutting down: leave it resumable
-      for (auto& [i, f] : in_flight) ctx_.engine.cancel(f.rid);
+      for (auto& [i, f] : in_flight) f.engine->cancel(f.rid);
       return;
     }
     if (cancelled) {
-      for (auto& [i, f] : in_flight) ctx_.engine.cancel(f.rid);
+      for (auto& [i, f] : in_flight) f.engine->cancel(f.rid);
     }
     // Fill the window.
     while (!cancelled && in_flight.size() < window && next < lines.size()) {
@@ -272,13 +272,14 @@ void BatchRunner::execute(const std::string& id) {
       f.meta.endpoint = ep;
       f.meta.id = new_response_id(ep);
       f.meta.created = (int64_t)std::time(nullptr);
-      f.meta.model = ctx_.options.model_id;
       try {
         const ApiRequest api = parse_api_request(lines[i].body, ep);
-        check_model(ctx_, api.model);
+        ServedModel& served = resolve_model(ctx_, api.model);
+        f.meta.model = served.id;
+        f.engine = served.engine;
         f.meta.logprobs = api.top_logprobs >= 0;
-        RequestParams p = to_request_params(api, ctx_.prompt_context());
-        f.rid = ctx_.engine.submit(std::move(p), [box, i](const RequestEvent& ev) {
+        RequestParams p = to_request_params(api, served.prompt_context());
+        f.rid = served.engine->submit(std::move(p), [box, i](const RequestEvent& ev) {
           {
             std::lock_guard<std::mutex> lock(box->mu);
             box->events.emplace_back(i, ev);
@@ -318,6 +319,8 @@ void BatchRunner::execute(const std::string& id) {
         record(i, 500, error_json(ApiError(500, "generation failed: " + f.g.error, "server_error", "engine_error")),
                f.meta.id);
       } else {
+        Engine* engine = f.engine;
+        const TokenText text = [engine](int32_t t) { return engine->model().tokenizer().token_to_piece(t); };
         record(i, 200, completion_response(f.meta, f.g, text), f.meta.id);
       }
       in_flight.erase(it);

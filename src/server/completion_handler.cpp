@@ -22,9 +22,9 @@ constexpr auto kKeepAliveInterval = std::chrono::milliseconds(200);
 // Non-streamed answers that take longer than this commit to status 200 and a chunked body (see above).
 constexpr auto kSyncGrace = std::chrono::milliseconds(1000);
 
-RequestId submit(ServerContext& ctx, RequestParams params, const std::shared_ptr<RequestChannel>& channel) {
+RequestId submit(Engine& engine, RequestParams params, const std::shared_ptr<RequestChannel>& channel) {
   try {
-    return ctx.engine.submit(std::move(params), [channel](const RequestEvent& ev) { channel->push(ev); });
+    return engine.submit(std::move(params), [channel](const RequestEvent& ev) { channel->push(ev); });
   } catch (const QueueFull& e) {
     ApiError err(503, std::string("the server is busy (request queue full): ") + e.what() + "; retry later",
                  "server_error", "queue_full");
@@ -36,7 +36,7 @@ RequestId submit(ServerContext& ctx, RequestParams params, const std::shared_ptr
 }
 
 struct StreamState {
-  ServerContext* ctx = nullptr;
+  Engine* engine = nullptr;
   std::shared_ptr<RequestChannel> channel;
   RequestId id = 0;
   ResponseMeta meta;
@@ -54,10 +54,10 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
     return sink.write(s.data(), s.size());
   };
   const auto cancel = [&] {
-    st.ctx->engine.cancel(st.id);
+    st.engine->cancel(st.id);
     return false;  // closes the connection
   };
-  const TokenText text = [&](int32_t t) { return st.ctx->engine.model().tokenizer().token_to_piece(t); };
+  const TokenText text = [&](int32_t t) { return st.engine->model().tokenizer().token_to_piece(t); };
   if (st.meta.endpoint == Endpoint::ChatCompletions && !st.role_sent) {
     st.role_sent = true;
     if (!write(sse_data(role_chunk(st.meta, st.include_usage)))) return cancel();
@@ -89,7 +89,7 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
 }
 
 struct WholeState {
-  ServerContext* ctx = nullptr;
+  Engine* engine = nullptr;
   std::shared_ptr<RequestChannel> channel;
   RequestId id = 0;
   ResponseMeta meta;
@@ -97,7 +97,7 @@ struct WholeState {
 };
 
 std::string whole_body(const WholeState& st) {
-  const TokenText text = [&](int32_t t) { return st.ctx->engine.model().tokenizer().token_to_piece(t); };
+  const TokenText text = [&](int32_t t) { return st.engine->model().tokenizer().token_to_piece(t); };
   return dump_json(completion_response(st.meta, st.g, text));
 }
 
@@ -110,7 +110,7 @@ bool send_whole(WholeState& st, httplib::DataSink& sink) {
     if (!st.g.finished && Clock::now() - last_write >= kKeepAliveInterval) {
       last_write = Clock::now();
       if (!sink.write(" ", 1)) {
-        st.ctx->engine.cancel(st.id);
+        st.engine->cancel(st.id);
         return false;
       }
     }
@@ -129,22 +129,22 @@ bool send_whole(WholeState& st, httplib::DataSink& sink) {
 void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
   const json body = parse_json_body(req);
   const ApiRequest api = parse_api_request(body, endpoint);
-  check_model(ctx, api.model);
-  RequestParams params = to_request_params(api, ctx.prompt_context());
+  ServedModel& served = resolve_model(ctx, api.model);
+  RequestParams params = to_request_params(api, served.prompt_context());
 
   ResponseMeta meta;
   meta.endpoint = endpoint;
   meta.id = new_response_id(endpoint);
   meta.created = (int64_t)std::time(nullptr);
-  meta.model = ctx.options.model_id;
+  meta.model = served.id;
   meta.logprobs = api.top_logprobs >= 0;
 
   auto channel = std::make_shared<RequestChannel>();
-  const RequestId id = submit(ctx, std::move(params), channel);
+  const RequestId id = submit(*served.engine, std::move(params), channel);
 
   if (!api.stream) {
     auto st = std::make_shared<WholeState>();
-    st->ctx = &ctx;
+    st->engine = served.engine;
     st->channel = channel;
     st->id = id;
     st->meta = meta;
@@ -160,13 +160,13 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
     res.set_chunked_content_provider(
         "application/json", [st](size_t, httplib::DataSink& sink) { return send_whole(*st, sink); },
         [st](bool) {
-          if (!st->g.finished) st->ctx->engine.cancel(st->id);  // the connection ended early
+          if (!st->g.finished) st->engine->cancel(st->id);  // the connection ended early
         });
     return;
   }
 
   auto st = std::make_shared<StreamState>();
-  st->ctx = &ctx;
+  st->engine = served.engine;
   st->channel = channel;
   st->id = id;
   st->meta = meta;
@@ -175,7 +175,7 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   res.set_chunked_content_provider(
       "text/event-stream", [st](size_t, httplib::DataSink& sink) { return stream_events(*st, sink); },
       [st](bool) {
-        if (!st->finished) st->ctx->engine.cancel(st->id);  // the connection ended early
+        if (!st->finished) st->engine->cancel(st->id);  // the connection ended early
       });
 }
 

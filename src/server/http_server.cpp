@@ -32,20 +32,21 @@ namespace {
 
 void reply_json(httplib::Response& res, const json& j) { res.set_content(dump_json(j), "application/json"); }
 
-json model_object(const ServerContext& ctx) {
-  const Model& m = ctx.engine.model();
-  return json{{"id", ctx.options.model_id},
+json model_object(const ServerContext& ctx, const ServedModel& sm) {
+  const Model& m = sm.engine->model();
+  return json{{"id", sm.id},
               {"object", "model"},
               {"created", (int64_t)ctx.created},
               {"owned_by", "spool"},
               {"meta",
                {{"arch", m.config().arch},
-                {"n_ctx", ctx.engine.options().n_ctx},
-                {"parallel", ctx.engine.options().max_running},
-                {"kv_block_size", ctx.engine.options().block_size},
+                {"n_ctx", sm.engine->options().n_ctx},
+                {"parallel", sm.engine->options().max_running},
+                {"kv_block_size", sm.engine->options().block_size},
                 {"n_ctx_train", m.config().n_ctx_train},
                 {"n_vocab", m.config().n_vocab},
-                {"chat_template", ctx.chat_template != nullptr}}}};
+                {"chat_template", sm.chat_template != nullptr},
+                {"aliases", sm.aliases}}}};
 }
 
 void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -60,7 +61,7 @@ void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::R
     return it->get<bool>();
   };
   const bool add_special = flag("add_special"), with_pieces = flag("with_pieces");
-  const Tokenizer& tok = ctx.engine.model().tokenizer();
+  const Tokenizer& tok = resolve_model(ctx, body.value("model", "")).engine->model().tokenizer();
   const std::vector<int32_t> ids = tok.encode(content->get<std::string>(), add_special, true);
   json tokens = json::array();
   for (int32_t id : ids)
@@ -73,7 +74,7 @@ void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib:
   const auto tokens = body.find("tokens");
   if (tokens == body.end() || !tokens->is_array())
     throw bad_param("tokens", "'tokens' must be an array of token ids", "invalid_type");
-  const Tokenizer& tok = ctx.engine.model().tokenizer();
+  const Tokenizer& tok = resolve_model(ctx, body.value("model", "")).engine->model().tokenizer();
   std::vector<int32_t> ids;
   for (const json& t : *tokens) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
@@ -111,11 +112,12 @@ void add_routes(ServerContext& ctx) {
                     "text/plain; version=0.0.4");
   }));
   http.Get("/v1/models", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
-    reply_json(res, {{"object", "list"}, {"data", json::array({model_object(c)})}});
+    json data = json::array();
+    for (const auto& m : c.models) data.push_back(model_object(c, *m));
+    reply_json(res, {{"object", "list"}, {"data", data}});
   }));
   http.Get(R"(/v1/models/(.+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-    check_model(c, req.matches[1].str());
-    reply_json(res, model_object(c));
+    reply_json(res, model_object(c, resolve_model(c, req.matches[1].str())));
   }));
   http.Post("/v1/completions", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
     handle_completion(c, req, res, Endpoint::Completions);
@@ -164,11 +166,13 @@ json parse_json_body(const httplib::Request& req) {
   return body;
 }
 
-void check_model(const ServerContext& ctx, const std::string& model) {
-  if (model.empty() || model == ctx.options.model_id) return;
-  for (const std::string& alias : ctx.options.model_aliases)
-    if (model == alias) return;
-  throw ApiError(404, "the model '" + model + "' does not exist; this server serves '" + ctx.options.model_id + "'",
+ServedModel& resolve_model(ServerContext& ctx, const std::string& model) {
+  if (model.empty()) return *ctx.models.front();
+  for (auto& m : ctx.models)
+    if (m->answers_to(model)) return *m;
+  std::string served;
+  for (const auto& m : ctx.models) served += (served.empty() ? "'" : ", '") + m->id + "'";
+  throw ApiError(404, "the model '" + model + "' does not exist; this server serves " + served,
                  "invalid_request_error", "model_not_found", "model");
 }
 
@@ -182,14 +186,7 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
   check_bind_policy(ctx_->options.host, ctx_->options.api_key);
   std::signal(SIGPIPE, SIG_IGN);  // a vanished client must be a failed write, not a dead process
   ctx_->created = std::time(nullptr);
-  const std::string source = chat_template_source(engine.model().file());
-  if (!source.empty()) {
-    try {
-      ctx_->chat_template = std::make_unique<ChatTemplate>(source);
-    } catch (const std::exception& e) {  // serve completions anyway; chat requests get a 400
-      std::fprintf(stderr, "spool: warning: the model's chat template does not parse (%s); chat is off\n", e.what());
-    }
-  }
+  add_model(engine, ctx_->options.model_id, ctx_->options.model_aliases);
   const EngineOptions& eo = engine.options();
   const int threads = ctx_->options.http_threads > 0 ? ctx_->options.http_threads : eo.max_running + eo.max_waiting + 8;
   ctx_->http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
@@ -207,6 +204,38 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
 }
 
 ApiServer::~ApiServer() { stop(); }
+
+std::vector<std::string> ApiServer::model_names() const {
+  std::vector<std::string> out;
+  for (const auto& m : ctx_->models) {
+    out.push_back(m->id);
+    for (const std::string& a : m->aliases) out.push_back(a);
+  }
+  return out;
+}
+
+std::pair<Engine*, const ChatTemplate*> ApiServer::find_model(const std::string& name) const {
+  for (const auto& m : ctx_->models)
+    if (name.empty() || m->answers_to(name)) return {m->engine, m->chat_template.get()};
+  return {nullptr, nullptr};
+}
+
+void ApiServer::add_model(Engine& engine, const std::string& id, const std::vector<std::string>& aliases) {
+  auto m = std::make_unique<ServedModel>();
+  m->id = id;
+  m->aliases = aliases;
+  m->engine = &engine;
+  const std::string source = chat_template_source(engine.model().file());
+  if (!source.empty()) {
+    try {
+      m->chat_template = std::make_unique<ChatTemplate>(source);
+    } catch (const std::exception& e) {  // serve completions anyway; chat requests get a 400
+      std::fprintf(stderr, "spool: warning: the chat template of '%s' does not parse (%s); chat is off for it\n",
+                   id.c_str(), e.what());
+    }
+  }
+  ctx_->models.push_back(std::move(m));
+}
 
 void ApiServer::set_pipeline_runner(agents::PipelineRunner* runner) {
   ctx_->runner = runner;

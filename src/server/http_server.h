@@ -11,6 +11,10 @@
 
 #include "runtime/engine.h"
 
+namespace spool {
+class ChatTemplate;
+}
+
 namespace spool::agents {
 class PipelineRunner;
 }
@@ -34,6 +38,15 @@ class ApiServer {
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
+
+  // Serves one more model (before listen()); requests and agents pick it by
+  // `id` or one of `aliases`. The engine is not owned.
+  void add_model(Engine& engine, const std::string& id, const std::vector<std::string>& aliases);
+
+  // Every name a model answers to (ids and aliases), and the model for a name
+  // ("" the default; {nullptr, nullptr} when none answers).
+  std::vector<std::string> model_names() const;
+  std::pair<Engine*, const ChatTemplate*> find_model(const std::string& name) const;
 
   // The agent runtime behind /v1/pipelines (set before listen(); without it
   // those routes answer 404). Not owned.

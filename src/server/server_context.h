@@ -2,6 +2,7 @@
 // template, HTTP counters. Internal to src/server.
 #pragma once
 
+#include <algorithm>
 #include <ctime>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
@@ -18,10 +19,24 @@
 
 namespace spool::server {
 
-struct ApiServer::Context {
-  Engine& engine;
-  ServerOptions options;
+// One model the server serves: its engine, names and chat template.
+struct ServedModel {
+  std::string id;                          // the name /v1/models lists and responses carry
+  std::vector<std::string> aliases;        // other accepted `model` values (e.g. the path as given)
+  Engine* engine = nullptr;
   std::unique_ptr<ChatTemplate> chat_template;  // null: the model has none
+  PromptContext prompt_context() const {
+    return PromptContext{&engine->model().tokenizer(), chat_template.get(), engine->options().n_ctx};
+  }
+  bool answers_to(const std::string& name) const {
+    return name == id || std::find(aliases.begin(), aliases.end(), name) != aliases.end();
+  }
+};
+
+struct ApiServer::Context {
+  Engine& engine;                          // the default model's (models[0])
+  ServerOptions options;
+  std::vector<std::unique_ptr<ServedModel>> models;
   HttpCounters counters;
   std::time_t created = 0;
   httplib::Server http;
@@ -29,9 +44,6 @@ struct ApiServer::Context {
   std::unique_ptr<BatchRunner> batches;      // with a runner: the Batch API over its store
 
   Context(Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {}
-  PromptContext prompt_context() const {
-    return PromptContext{&engine.model().tokenizer(), chat_template.get(), engine.options().n_ctx};
-  }
 };
 using ServerContext = ApiServer::Context;
 
@@ -41,8 +53,8 @@ httplib::Server::Handler guarded(ServerContext& ctx, Handler h);
 
 // The request body as a JSON object; 400 with the parser's message otherwise.
 nlohmann::json parse_json_body(const httplib::Request& req);
-// 404 unless `model` is empty, the served id or an alias.
-void check_model(const ServerContext& ctx, const std::string& model);
+// The model a request names ("": the default); 404 when no served model answers to it.
+ServedModel& resolve_model(ServerContext& ctx, const std::string& model);
 // Writes an ApiError as the response.
 void write_error(httplib::Response& res, const ApiError& e);
 

@@ -42,7 +42,7 @@ export function startServer(model, args = [], { timeoutMs = 30000, env = {} } = 
     });
     proc.stderr.on('data', (d) => {
       stderr += d;
-      const m = /serving '([^']*)' on http:\/\/([^:\s]+):(\d+)/.exec(stderr);
+      const m = /serving '([^']*)'(?:, '[^']*')* on http:\/\/([^:\s]+):(\d+)/.exec(stderr);
       if (!m || listening) return;
       listening = true;
       clearTimeout(timer);

@@ -297,3 +297,29 @@ test('kill -9 in the middle of a run, restart on the same data dir: it resumes, 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('two models behind one server, one agent on each', async () => {
+  const big = path.join(path.dirname(STORIES), 'llama-2-tiny-random.gguf');
+  const s = await startServer(`small=${STORIES}`, ['-c', '512', '-m', `planner=${big}`]);
+  try {
+    const ids = (await (await fetch(`${s.url}/v1/models`)).json()).data.map((m) => m.id);
+    assert.deepEqual(ids, ['small', 'planner']);
+    const id = await submit({
+      task: 'Once upon a time', temperature: 0, max_tokens: 8,
+      agents: [{ name: 'plan', model: 'planner', prompt: '{task}' }, { name: 'exec', model: 'small', prompt: '{task} {previous}' }],
+    }, s.url);
+    const run = await finished(id, s.url);
+    assert.equal(run.status, 'completed', JSON.stringify(run));
+    // Each step's text is what its own model writes for that prompt alone.
+    const alone = async (model, prompt) => (await api(s.url, '/v1/completions', { model, prompt, max_tokens: 8, temperature: 0 })).json.choices[0].text;
+    const plan = step(run, 'plan').output;
+    assert.equal(plan, await alone('planner', 'Once upon a time'));
+    assert.notEqual(plan, await alone('small', 'Once upon a time'));
+    assert.equal(step(run, 'exec').output, await alone('small', `Once upon a time ${plan}`));
+    const bad = await api(s.url, '/v1/pipelines', { agents: [{ name: 'a', model: 'huge', prompt: 'x' }] });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, 'agents[0].model');
+  } finally {
+    await s.stop();
+  }
+});

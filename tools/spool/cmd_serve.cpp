@@ -22,7 +22,8 @@ namespace spool::cli {
 namespace {
 
 struct ServeOptions {
-  std::string model, host = "127.0.0.1", api_key, api_key_file, data_dir;
+  std::vector<std::string> models;
+  std::string host = "127.0.0.1", api_key, api_key_file, data_dir;
   int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64, max_runs = 1;
   size_t max_body = 8u << 20;
   ModelFlags model_flags;  // --mem-budget and friends, as run/bench
@@ -53,63 +54,80 @@ void serve(const ServeOptions& o) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  // -m ALIAS=PATH names the model for clients and pipeline specs.
-  std::string alias, model_arg = o.model;
-  if (const size_t eq = model_arg.find('='); eq != std::string::npos && eq > 0 && !std::filesystem::exists(model_arg)) {
-    alias = model_arg.substr(0, eq);
-    model_arg = model_arg.substr(eq + 1);
-  }
   // The durable store first: a data dir in use by another server is an error before the model load.
   agents::RunStore store(o.data_dir.empty() ? agents::default_data_dir() : o.data_dir);
 
-  const double t_load = now_seconds();
-  const std::string path = resolve_model_path(model_arg);
-  auto model = open_model(path, o.n_threads, o.model_flags, o.n_ctx, o.n_batch, o.parallel);  // budget: KV pool of --parallel contexts
-  const ModelConfig& cfg = model->config();
-  EngineOptions eo;
-  eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
-  eo.max_running = o.parallel;
-  eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
-  eo.max_waiting = o.max_waiting;
-  auto engine = make_engine(*model, eo);
+  // Every -m: PATH, or ALIAS=PATH (the name clients and pipeline specs use).
+  // One --mem-budget is shared: each model gets an equal part of it.
+  std::vector<std::string> given = o.models.empty() ? std::vector<std::string>{""} : o.models;
+  ModelFlags flags = o.model_flags;
+  if (!flags.mem_budget.empty() && given.size() > 1)
+    flags.mem_budget = std::to_string(parse_size(flags.mem_budget) / given.size());
+  struct Loaded {
+    std::string id, path;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Engine> engine;
+  };
+  std::vector<Loaded> loaded;
+  for (const std::string& g : given) {
+    Loaded l;
+    std::string alias, arg = g;
+    if (const size_t eq = arg.find('='); eq != std::string::npos && eq > 0 && !std::filesystem::exists(arg)) {
+      alias = arg.substr(0, eq);
+      arg = arg.substr(eq + 1);
+    }
+    const double t_load = now_seconds();
+    l.path = resolve_model_path(arg);
+    l.id = alias.empty() ? model_id_of(l.path) : alias;
+    for (const Loaded& other : loaded)
+      if (other.id == l.id) throw Error("two models are named '" + l.id + "'; give each one an alias (-m ALIAS=PATH)");
+    l.model = open_model(l.path, o.n_threads, flags, o.n_ctx, o.n_batch, o.parallel);  // budget: KV pool of --parallel contexts
+    const ModelConfig& cfg = l.model->config();
+    EngineOptions eo;
+    eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
+    eo.max_running = o.parallel;
+    eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
+    eo.max_waiting = o.max_waiting;
+    l.engine = make_engine(*l.model, eo);
+    const EngineStats st = l.engine->stats();
+    std::fprintf(stderr,
+                 "spool: '%s': %s (%s, %d layers, %d threads) loaded in %.2f s; context %d, parallel %d, KV pool %d "
+                 "blocks (%.1f MiB)\n",
+                 l.id.c_str(), cfg.name.c_str(), cfg.arch.c_str(), cfg.n_layer, l.model->pool().size(),
+                 now_seconds() - t_load, eo.n_ctx, eo.max_running, st.kv_blocks_total, st.kv_bytes / 1048576.0);
+    loaded.push_back(std::move(l));
+  }
 
   server::ServerOptions so;
   so.host = o.host;
   so.port = o.port;
   so.api_key = key;
   so.max_body_bytes = o.max_body;
-  so.model_id = alias.empty() ? model_id_of(path) : alias;
-  so.model_aliases = {path};
-  if (!alias.empty()) so.model_aliases.push_back(model_id_of(path));
-  server::ApiServer api(*engine, so);
+  const auto aliases_of = [](const Loaded& l) {
+    std::vector<std::string> a{l.path};
+    if (l.id != model_id_of(l.path)) a.push_back(model_id_of(l.path));
+    return a;
+  };
+  so.model_id = loaded[0].id;
+  so.model_aliases = aliases_of(loaded[0]);
+  server::ApiServer api(*loaded[0].engine, so);
+  for (size_t i = 1; i < loaded.size(); ++i) api.add_model(*loaded[i].engine, loaded[i].id, aliases_of(loaded[i]));
 
-  // The agent runtime: pipelines over this engine, queued durably in the data dir.
-  std::unique_ptr<ChatTemplate> agent_template;
-  if (const std::string src = chat_template_source(model->file()); !src.empty()) {
-    try {
-      agent_template = std::make_unique<ChatTemplate>(src);
-    } catch (const std::exception&) {  // the server has warned already; agents get plain prompts
-    }
-  }
+  // The agent runtime: pipelines over these engines, queued durably in the data dir.
   agents::SpecContext spec_models;
-  spec_models.model_aliases = {so.model_id};
-  for (const std::string& a : so.model_aliases) spec_models.model_aliases.push_back(a);
+  spec_models.model_aliases = api.model_names();
   agents::RunnerOptions ro;
   ro.max_runs = o.max_runs;
-  Engine* engine_ptr = engine.get();
-  const ChatTemplate* tmpl_ptr = agent_template.get();
-  agents::PipelineRunner runner(store, spec_models, [engine_ptr, tmpl_ptr](const std::string&) {
-    return agents::AgentModel{engine_ptr, tmpl_ptr};
+  agents::PipelineRunner runner(store, spec_models, [&api](const std::string& name) {
+    const auto [engine, tmpl] = api.find_model(name);
+    return agents::AgentModel{engine, tmpl};
   }, ro);
   api.set_pipeline_runner(&runner);
   const int port = api.bind();
-  const EngineStats st = engine->stats();
-  std::fprintf(stderr,
-               "spool: %s (%s, %d layers, %d threads) loaded in %.2f s; context %d, parallel %d, KV pool %d blocks "
-               "(%.1f MiB)\nspool: serving '%s' on http://%s:%d%s\n",
-               cfg.name.c_str(), cfg.arch.c_str(), cfg.n_layer, model->pool().size(), now_seconds() - t_load,
-               eo.n_ctx, eo.max_running, st.kv_blocks_total, st.kv_bytes / 1048576.0, so.model_id.c_str(),
-               o.host.c_str(), port, key.empty() ? "" : " (API key required)");
+  std::string names;
+  for (const Loaded& l : loaded) names += (names.empty() ? "'" : ", '") + l.id + "'";
+  std::fprintf(stderr, "spool: serving %s on http://%s:%d%s\n", names.c_str(), o.host.c_str(), port,
+               key.empty() ? "" : " (API key required)");
   std::fprintf(stderr, "spool: pipeline store %s (max %d runs at once)\n", store.dir().c_str(), o.max_runs);
   std::fflush(stderr);
   runner.start();
@@ -136,9 +154,10 @@ void serve(const ServeOptions& o) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
-  cmd->add_option("-m,--model", o->model,
+  cmd->add_option("-m,--model", o->models,
                   "Model: GGUF file or Hugging Face directory, optionally ALIAS=PATH (the name clients and pipeline "
-                  "specs use); default ../shared/models/stories260K.gguf");
+                  "specs use); repeat for several models (the first is the default; --mem-budget is split equally); "
+                  "default ../shared/models/stories260K.gguf");
   cmd->add_option("--host", o->host, "Address to listen on (anything but loopback needs an API key)")->capture_default_str();
   cmd->add_option("--port", o->port, "Port (0: any free port, printed at start)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
