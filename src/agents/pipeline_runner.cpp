@@ -221,7 +221,10 @@ std::shared_ptr<PipelineRunner::Run> PipelineRunner::find(const std::string& id)
 
 bool PipelineRunner::cancel(const std::string& id) {
   std::shared_ptr<Run> run = find(id);
-  if (!run) return store_.get_run(id).has_value();  // ended long ago: nothing to do
+  if (!run) {  // ended long ago (nothing to do), or not a pipeline run
+    const std::optional<RunRecord> rec = store_.get_run(id);
+    return rec && rec->kind == "pipeline";
+  }
   run->cancelled = true;
   bool was_queued = false;
   {

@@ -362,7 +362,7 @@ PipelineSpec parse_pipeline_spec(const json& j, const SpecContext& ctx) {
       std::string known;
       for (const std::string& m : ctx.model_aliases) known += (known.empty() ? "" : ", ") + m;
       throw SpecError(config_shape ? std::string("model") : where + ".model",
-                      "unknown model '" + a.model + "' (this server has: " + known + ")");
+                      "unknown model '" + a.model + "' (known models: " + known + ")");
     }
     std::vector<Placeholder> ph;
     try {

@@ -140,7 +140,9 @@ void add_pipeline_routes(ServerContext& ctx) {
     const std::string id = req.matches[1].str();
     if (!runner.cancel(id)) throw no_run(id);
     runner.wait(id, std::chrono::milliseconds(2000));  // usually ends within a step; the reply shows where it is
-    reply(res, *runner.run_json(id));
+    const std::optional<json> j = runner.run_json(id);
+    if (!j) throw no_run(id);
+    reply(res, *j);
   }));
   http.Put(R"(/v1/pipeline-specs/([^/]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
     agents::PipelineRunner& runner = runner_of(c);

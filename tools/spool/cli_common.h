@@ -44,5 +44,6 @@ void add_bench_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_agents_command(CLI::App& app);
 
 }  // namespace spool::cli
