@@ -43,6 +43,11 @@ echo "test-arm: built in $(( $(date +%s) - t0 )) s"
 # NEON table would test only the reference, so it counts as a failure.
 t0=$(date +%s)
 export QEMU_CPU=max QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+# The cross toolchain's own libraries, matching its loader: with Debian's
+# multiarch libc6:arm64 also installed, the loader under QEMU_LD_PREFIX would
+# otherwise find that libc in /lib/aarch64-linux-gnu, and the mismatched pair
+# hangs in the first pthread_create (the thread-pool tests never finish).
+export QEMU_SET_ENV=LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib
 qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
 log=build-arm/test.log
 "$qemu" build-arm/spool_kernel_tests --gtest_brief=1 "$@" | grep -v '^round trip' | tee "$log"
@@ -50,6 +55,25 @@ echo "test-arm: tests ran in $(( $(date +%s) - t0 )) s"
 if ! grep -q '^ISAs tested:.* neon' "$log"; then
   echo "test-arm: the NEON kernel table was not exercised" >&2
   exit 1
+fi
+# "max" has FEAT_I8MM: calls of 2+ tokens ran the SMMLA tiles above
+# (kernels_packed_i8mm_neon.cpp). A Cortex-A76 has dotprod but no i8mm: the
+# dotprod tiles of 2+ tokens against the reference and against 1-token calls
+# (~6 s of CPU).
+if [ -z "${SPOOL_ARM_SKIP_NO_I8MM:-}" ] && [ $# -eq 0 ]; then
+  if ! grep -q '^neon packed tiles for 2+ tokens: i8mm' "$log"; then
+    echo "test-arm: the i8mm tiles were not exercised under QEMU_CPU=max" >&2
+    exit 1
+  fi
+  a76=$(QEMU_CPU=cortex-a76 "$qemu" build-arm/spool_kernel_tests --gtest_brief=1 \
+    --gtest_filter='Kernels.TablesAreComplete:PackedKernels.MatchReferenceVecDot:PackedKernels.NeonBatched*' |
+    grep -v '^round trip')
+  echo "$a76" | grep -E '^(neon packed|\[  (PASSED|FAILED))'
+  if ! grep -q '^neon packed tiles for 2+ tokens: dotprod' <<<"$a76" || ! grep -q '^\[  PASSED' <<<"$a76" ||
+    grep -q '^\[  FAILED' <<<"$a76"; then
+    echo "test-arm: the dotprod-only run (QEMU_CPU=cortex-a76) failed" >&2
+    exit 1
+  fi
 fi
 
 # A core without dotprod (Cortex-A53) must be detected as such and get the
@@ -59,4 +83,4 @@ if ! grep -q '^ISAs tested: scalar;' <<<"$a53"; then
   echo "test-arm: a CPU without dotprod was given more than the scalar table" >&2
   exit 1
 fi
-echo "test-arm: OK (NEON table checked against the reference; no-dotprod CPU falls back to scalar)"
+echo "test-arm: OK (NEON table checked against the reference, with and without i8mm; no-dotprod CPU falls back to scalar)"

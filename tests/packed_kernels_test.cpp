@@ -9,12 +9,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/kernels.h"
 #include "core/matmul.h"
 #include "core/quant_blocks.h"
 #include "core/thread_pool.h"
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 namespace spool {
 namespace {
@@ -157,6 +163,42 @@ TEST(PackedKernels, SaturatedLevels) {
   }
 }
 
+// The AMX table's tile gemm (prefill-sized calls; see kernels_packed_amx.cpp)
+// on awkward shapes: row counts off the 16-row group, every token count from
+// 1 to 70 (full tiles, partial last tiles, the VNNI fallback below 16), real
+// row lengths. Against the scalar reference, and bit for bit against the
+// AVX-512 VNNI kernel it stands in for (batch invariance depends on it).
+void check_amx_bitwise(DType t, int64_t n_cols, int64_t n_rows, int64_t max_tokens) {
+  const PackedKernels& amx = kernels_for(Isa::Amx)->types[(uint32_t)t].packed;
+  const PackedKernels& vnni = kernels_for(Isa::Avx512)->types[(uint32_t)t].packed;
+  ASSERT_EQ(amx.packed_bytes(n_rows, n_cols), vnni.packed_bytes(n_rows, n_cols));
+  const auto wf = random_floats(n_cols * n_rows, 5), xf = random_floats(n_cols * max_tokens, 6);
+  const auto wq = quantize_rows(*kernels_for(Isa::Scalar), t, wf, n_cols);
+  AlignedBytes packed(amx.packed_bytes(n_rows, n_cols));
+  amx.pack(wq.data(), row_bytes(t, n_cols), n_rows, n_cols, packed.p);
+  const size_t as = amx.act_bytes(n_cols);
+  std::vector<uint8_t> act(as * max_tokens);
+  for (int64_t j = 0; j < max_tokens; ++j) amx.quantize_act(xf.data() + j * n_cols, act.data() + j * as, n_cols);
+  for (int64_t n_tokens = 1; n_tokens <= max_tokens; ++n_tokens) {
+    const size_t ldc = n_rows + 5;
+    std::vector<float> got(ldc * n_tokens, -1.0f), want(ldc * n_tokens, -1.0f);
+    amx.gemm(n_cols, packed.p, n_rows, act.data(), as, n_tokens, got.data(), ldc);
+    vnni.gemm(n_cols, packed.p, n_rows, act.data(), as, n_tokens, want.data(), ldc);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << dtype_name(t) << " " << n_cols << "x" << n_rows << " tokens " << n_tokens;
+  }
+}
+
+TEST(PackedKernels, AmxTilesMatchReferenceAndVnni) {
+  if (!kernels_for(Isa::Amx)) GTEST_SKIP() << "no AMX on this machine";
+  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+    for (int64_t n_cols : {2048, 2816}) {
+      for (int64_t n_rows : {37, 64}) check_amx_bitwise(t, n_cols, n_rows, 70);
+      for (int64_t n_tokens : {1, 15, 16, 17, 33, 70}) check_packed(Isa::Amx, t, n_cols, 37, n_tokens);
+    }
+  }
+}
+
 TEST(PackedKernels, MatmulPackedMatchesUnpacked) {
   for (DType t : kTypes) {
     const int64_t n_cols = dtype_traits(t).block_size == 256 ? 512 : 128, n_rows = 83;
@@ -180,6 +222,74 @@ TEST(PackedKernels, MatmulPackedMatchesUnpacked) {
         ASSERT_NEAR(y1[i], y0[i], 1e-3 * (std::fabs(y0[i]) + 1.0)) << dtype_name(t) << " tokens " << n_tokens;
     }
   }
+}
+
+// NEON: calls of 2+ tokens may run other tiles than 1-token calls (SMMLA
+// tiles where the CPU has FEAT_I8MM, kernels_packed_i8mm_neon.cpp; dotprod
+// tiles of 8 tokens with partial tiles otherwise). Every token of a batched
+// call must equal, bit for bit, the same token computed alone.
+bool neon_i8mm_active() {
+#if defined(__aarch64__) && defined(__linux__) && defined(HWCAP2_I8MM)
+  const char* off = std::getenv("SPOOL_NO_I8MM");
+  return (getauxval(AT_HWCAP2) & HWCAP2_I8MM) && !(off && *off && *off != '0');
+#else
+  return false;
+#endif
+}
+
+TEST(PackedKernels, NeonBatchedTokensMatchTokensAloneBitwise) {
+  const KernelTable* k = kernels_for(Isa::Neon);
+  if (!k) GTEST_SKIP() << "no NEON table on this machine";
+  std::printf("neon packed tiles for 2+ tokens: %s\n", neon_i8mm_active() ? "i8mm" : "dotprod");
+  for (DType t : kTypes) {
+    const PackedKernels& pk = (*k)[t].packed;
+    if (pk.rows == 0) continue;
+    const int64_t n_cols = dtype_traits(t).block_size == 256 ? 768 : 1024, n_rows = 37, max_tokens = 19;
+    const auto wf = random_floats(n_cols * n_rows, 8), xf = random_floats(n_cols * max_tokens, 9);
+    const auto wq = quantize_rows(*kernels_for(Isa::Scalar), t, wf, n_cols);
+    AlignedBytes packed(pk.packed_bytes(n_rows, n_cols));
+    pk.pack(wq.data(), row_bytes(t, n_cols), n_rows, n_cols, packed.p);
+    const size_t as = pk.act_bytes(n_cols), ldc = n_rows + 2;
+    std::vector<uint8_t> act(as * max_tokens);
+    for (int64_t j = 0; j < max_tokens; ++j) pk.quantize_act(xf.data() + j * n_cols, act.data() + j * as, n_cols);
+    std::vector<float> alone(ldc * max_tokens, -1.0f);
+    for (int64_t j = 0; j < max_tokens; ++j)
+      pk.gemm(n_cols, packed.p, n_rows, act.data() + j * as, as, 1, alone.data() + j * ldc, ldc);
+    for (int64_t n_tokens = 2; n_tokens <= max_tokens; ++n_tokens) {
+      std::vector<float> got(ldc * n_tokens, -1.0f);
+      pk.gemm(n_cols, packed.p, n_rows, act.data(), as, n_tokens, got.data(), ldc);
+      ASSERT_EQ(std::memcmp(got.data(), alone.data(), got.size() * sizeof(float)), 0)
+          << dtype_name(t) << " tokens " << n_tokens;
+    }
+  }
+}
+
+// Instruction-count probe (not a test; run under qemu with an instruction
+// counting plugin, twice with different SPOOL_PROBE_REPS, and divide the
+// difference): SPOOL_PROBE_REPS packed gemm calls of SPOOL_PROBE_TOKENS
+// tokens on 32 rows x 4096 columns of SPOOL_PROBE_TYPE (default Q4_0).
+TEST(PackedKernels, DISABLED_InstructionCountProbe) {
+  auto env = [](const char* name, const char* dflt) {
+    const char* v = std::getenv(name);
+    return std::string(v && *v ? v : dflt);
+  };
+  const int reps = std::atoi(env("SPOOL_PROBE_REPS", "1").c_str());
+  const int64_t n_tokens = std::atoi(env("SPOOL_PROBE_TOKENS", "8").c_str()), n_rows = 32, n_cols = 4096;
+  DType t = DType::Q4_0;
+  for (DType u : kTypes)
+    if (env("SPOOL_PROBE_TYPE", "Q4_0") == dtype_name(u)) t = u;
+  const PackedKernels& pk = kernels()[t].packed;
+  ASSERT_GT(pk.rows, 0);
+  const auto wf = random_floats(n_cols * n_rows, 1), xf = random_floats(n_cols * n_tokens, 2);
+  const auto wq = quantize_rows(*kernels_for(Isa::Scalar), t, wf, n_cols);
+  AlignedBytes packed(pk.packed_bytes(n_rows, n_cols));
+  pk.pack(wq.data(), row_bytes(t, n_cols), n_rows, n_cols, packed.p);
+  const size_t as = pk.act_bytes(n_cols);
+  std::vector<uint8_t> act(as * n_tokens);
+  for (int64_t j = 0; j < n_tokens; ++j) pk.quantize_act(xf.data() + j * n_cols, act.data() + j * as, n_cols);
+  std::vector<float> out(n_rows * n_tokens);
+  for (int i = 0; i < reps; ++i) pk.gemm(n_cols, packed.p, n_rows, act.data(), as, n_tokens, out.data(), n_rows);
+  std::printf("probe: %s %d calls of %lld tokens\n", dtype_name(t), reps, (long long)n_tokens);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Builds the kernel dispatch tables: asks the CPU what it supports, lets each
 // compiled-in instruction set fill what it implements, and fills every gap
 // from the scalar reference (gemm tiles from the table's own vec_dot). The
-// environment variable SPOOL_ISA (scalar, avx2, avx512, neon) caps the choice,
-// for benchmarks and for checking a slower path on a faster machine.
+// environment variable SPOOL_ISA (scalar, avx2, avx512, amx, neon) caps the
+// choice, for benchmarks and for checking a slower path on a faster machine
+// (SPOOL_ISA=avx512 on an AMX host: AVX-512 VNNI without the AMX tiles).
 #include "core/kernels.h"
 
 #include <strings.h>
@@ -18,6 +19,10 @@
 
 #if defined(SPOOL_X86)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #endif
 #if defined(SPOOL_ARM64) && defined(__linux__)
 #include <asm/hwcap.h>
@@ -30,13 +35,26 @@
 namespace spool {
 namespace {
 
-constexpr int kNumIsa = 4;
+constexpr int kNumIsa = 5;
 
 #if defined(SPOOL_X86)
 uint64_t read_xcr0() {
   uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   return ((uint64_t)hi << 32) | lo;
+}
+
+// AMX tile data is an opt-in state component on Linux: the process must ask
+// for it (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) before its
+// first tile instruction, or that instruction faults. The permission is
+// process-wide, so asking once here covers the pool's threads.
+bool amx_permitted() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 // The OS must also save the wide registers (XCR0), or using them faults.
@@ -53,8 +71,12 @@ bool cpu_supports(Isa isa) {
   const bool avx512bw = b & (1u << 30), avx512vl = b & (1u << 31), vnni = c & (1u << 11);
   const bool has_avx2 = ymm_ok && avx2 && fma && f16c && bmi2;
   if (isa == Isa::Avx2) return has_avx2;
-  if (isa == Isa::Avx512) {
-    return has_avx2 && zmm_ok && avx512f && avx512dq && avx512bw && avx512vl && vnni;
+  const bool has_avx512 = has_avx2 && zmm_ok && avx512f && avx512dq && avx512bw && avx512vl && vnni;
+  if (isa == Isa::Avx512) return has_avx512;
+  if (isa == Isa::Amx) {
+    const bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25);
+    const bool tiles_ok = (xcr0 & (3ull << 17)) == (3ull << 17);  // XTILECFG, XTILEDATA
+    return has_avx512 && amx_tile && amx_int8 && tiles_ok && amx_permitted();
   }
   return false;
 }
@@ -109,7 +131,8 @@ GemmTileFn generic_gemm_for(Isa isa, int type) {
     case Isa::Scalar: return generic_gemm<0>(type);
     case Isa::Avx2: return generic_gemm<1>(type);
     case Isa::Avx512: return generic_gemm<2>(type);
-    case Isa::Neon: return generic_gemm<3>(type);
+    case Isa::Amx: return generic_gemm<3>(type);
+    case Isa::Neon: return generic_gemm<4>(type);
   }
   return nullptr;
 }
@@ -117,8 +140,9 @@ GemmTileFn generic_gemm_for(Isa isa, int type) {
 void fill_simd(Isa isa, KernelTable& t) {
 #if defined(SPOOL_X86)
   if (isa == Isa::Avx2) detail::fill_avx2_kernels(t), detail::fill_fp8_avx2_kernels(t), detail::fill_mxfp4_avx2_kernels(t);
-  if (isa == Isa::Avx512)
+  if (isa == Isa::Avx512 || isa == Isa::Amx)
     detail::fill_avx512_kernels(t), detail::fill_fp8_avx512_kernels(t), detail::fill_mxfp4_avx512_kernels(t);
+  if (isa == Isa::Amx) detail::fill_packed_amx_kernels(t);
 #endif
 #if defined(SPOOL_ARM64)
   if (isa == Isa::Neon) detail::fill_neon_kernels(t);
@@ -161,7 +185,8 @@ bool isa_compiled_in(Isa isa) {
     case Isa::Scalar: return true;
 #if defined(SPOOL_X86)
     case Isa::Avx2:
-    case Isa::Avx512: return true;
+    case Isa::Avx512:
+    case Isa::Amx: return true;
 #endif
 #if defined(SPOOL_ARM64)
     case Isa::Neon: return true;
@@ -208,6 +233,7 @@ const char* isa_name(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Amx: return "amx";
     case Isa::Neon: return "neon";
   }
   return "?";

@@ -13,7 +13,9 @@
 
 namespace spool {
 
-enum class Isa { Scalar, Avx2, Avx512, Neon };
+// Ordered by capability within an architecture: SPOOL_ISA=<name> caps the
+// choice at that level. Amx is Avx512 plus AMX int8 tiles for packed prefill.
+enum class Isa { Scalar, Avx2, Avx512, Amx, Neon };
 const char* isa_name(Isa isa);
 
 // Converts a float row to a type (activations to the weight's vec_dot_type;

@@ -20,6 +20,8 @@ void fill_fp8_avx2_kernels(KernelTable& t);    // kernels_fp8_avx2.cpp
 void fill_fp8_avx512_kernels(KernelTable& t);  // kernels_fp8_avx512.cpp
 void fill_mxfp4_avx2_kernels(KernelTable& t);    // kernels_mxfp4_avx2.cpp
 void fill_mxfp4_avx512_kernels(KernelTable& t);  // kernels_mxfp4_avx512.cpp
+// On top of a complete AVX-512 table: AMX tile gemm for packed prefill.
+void fill_packed_amx_kernels(KernelTable& t);  // kernels_packed_amx.cpp
 #endif
 #if defined(SPOOL_ARM64)
 void fill_neon_kernels(KernelTable& t);  // kernels_neon.cpp

@@ -3,6 +3,15 @@
 // in kernels_{float,legacy,kquant}_neon.cpp. Rounding is round-to-nearest-
 // even (fcvtns), as the reference's nearbyint / lrintf.
 #include <cmath>
+#include <cstdlib>
+
+#if defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 
 #include "core/kernels_neon_impl.h"
 #include "core/quant_blocks.h"
@@ -94,6 +103,28 @@ void quantize_q8_k(const float* src, void* dst, int64_t n) {
 }  // namespace
 
 void fill_packed_neon_kernels(KernelTable& t);  // kernels_packed_*_neon.cpp
+void fill_packed_i8mm_neon_kernels(KernelTable& t);  // kernels_packed_i8mm_neon.cpp
+
+namespace {
+
+// FEAT_I8MM (SMMLA, ARMv8.6; Cortex-A710 / X2 and later, Apple M2 / A15 and
+// later). SPOOL_NO_I8MM=1 turns it off, to measure or test the dotprod
+// tiles on such a CPU.
+bool cpu_has_i8mm() {
+  const char* off = std::getenv("SPOOL_NO_I8MM");
+  if (off && *off && *off != '0') return false;
+#if defined(__linux__) && defined(HWCAP2_I8MM)
+  return (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+#elif defined(__APPLE__)
+  int value = 0;
+  size_t size = sizeof value;
+  return sysctlbyname("hw.optional.arm.FEAT_I8MM", &value, &size, nullptr, 0) == 0 && value != 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
 
 void fill_neon_kernels(KernelTable& t) {
   fill_neon_float_kernels(t);
@@ -104,6 +135,9 @@ void fill_neon_kernels(KernelTable& t) {
   t.types[(uint32_t)DType::Q8_1].quantize = quantize_q8_1;
   t.types[(uint32_t)DType::Q8_K].quantize = quantize_q8_k;
   fill_packed_neon_kernels(t);  // after the quantizers, which it wraps
+  // SMMLA tiles for calls of 2+ tokens over the same packed layouts (1-token
+  // calls keep the dotprod tiles); only where the CPU executes them.
+  if (cpu_has_i8mm()) fill_packed_i8mm_neon_kernels(t);
 }
 
 }  // namespace spool::detail

@@ -23,13 +23,8 @@ const BlockQ8_K* quantize_q8_k_tmp(const float* x, int64_t n) {
   return tmp.data();
 }
 
-// 8 bytes (the 4 rows of two sub-blocks) widened to int32: bytes 0-3 in
-// out[0], 4-7 in out[1]; unsigned or signed.
-inline void widen_u8x8(const uint8_t* p, int32x4_t (&out)[2]) {
-  const uint16x8_t v = vmovl_u8(vld1_u8(p));
-  out[0] = vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(v)));
-  out[1] = vreinterpretq_s32_u32(vmovl_high_u16(v));
-}
+// 8 bytes (the 4 rows of two sub-blocks) widened to int32, signed (the
+// unsigned widen_u8x8 is in kernels_packed_neon.h).
 inline void widen_s8x8(const uint8_t* p, int32x4_t (&out)[2]) {
   const int16x8_t v = vmovl_s8(vld1_s8(reinterpret_cast<const int8_t*>(p)));
   out[0] = vmovl_s16(vget_low_s16(v));
@@ -37,10 +32,7 @@ inline void widen_s8x8(const uint8_t* p, int32x4_t (&out)[2]) {
 }
 
 // ---- Q4_K ------------------------------------------------------------------------
-// Activation row, per super-block (kActBlock bytes): 256 int8 levels; the 8
-// sums of 32 as sum & 63 (bytes 0-7) and sum >> 6 (bytes 8-15), so the
-// minimums are sdots of int8: sum = 64 * (sum >> 6) + (sum & 63); the
-// float scale; padding.
+// Activation row: kK4ActBlock per super-block (kernels_packed_neon.h).
 // Group super-block (592 bytes): d[4], dmin[4] fp16; scales[8 sub-blocks][4
 // rows]; mins as 2 registers (lane r: sub-blocks 4k .. 4k + 3 of row r);
 // qs[4 p][8 m] registers (lane r of qs[p][m] = row r's bytes 32p + 4m .. + 3:
@@ -49,27 +41,12 @@ struct Q4KPacked {
   static constexpr int kTokens = 8;  // activation rows per micro-tile
   static constexpr int kBlockCols = kQKK;
   static constexpr size_t kSrcBytes = sizeof(BlockQ4_K);
-  static constexpr size_t kScales = 4 * kRows, kMins = kScales + 8 * kRows, kQs = kMins + 32;
-  static constexpr size_t kBlockBytes = kQs + 32 * 16;
-  static constexpr size_t kActBlock = kQKK + 32;  // levels, sums, d, padding
+  static constexpr size_t kScales = K4Group::kScales, kMins = K4Group::kMins, kQs = K4Group::kQs;
+  static constexpr size_t kBlockBytes = K4Group::kBytes;
+  static constexpr size_t kActBlock = kK4ActBlock;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQKK) * kBlockBytes; }
-  static size_t act_bytes(int64_t n) { return (size_t)(n / kQKK) * kActBlock; }
-
-  static void quantize_act(const float* x, void* out, int64_t n) {
-    const BlockQ8_K* y = quantize_q8_k_tmp(x, n);
-    for (int64_t b = 0; b < n / kQKK; ++b) {
-      uint8_t* blk = static_cast<uint8_t*>(out) + b * kActBlock;
-      std::memcpy(blk, y[b].qs, kQKK);
-      auto* sums = reinterpret_cast<int8_t*>(blk + kQKK);
-      for (int s = 0; s < 8; ++s) {
-        const int sum = y[b].bsums[2 * s] + y[b].bsums[2 * s + 1];  // |sum| <= 32 * 128
-        sums[s] = (int8_t)(sum & 63);
-        sums[8 + s] = (int8_t)(sum >> 6);
-      }
-      std::memcpy(blk + kQKK + 16, &y[b].d, 4);
-      std::memset(blk + kQKK + 20, 0, 12);
-    }
-  }
+  static constexpr auto act_bytes = k4_act_bytes;
+  static constexpr QuantizeRowFn quantize_act = k4_quantize_act;
 
   // Adds sub-block 2p + kHigh of C activation rows, times its scales, to tot.
   template <int C, int kHigh>
@@ -113,10 +90,7 @@ struct Q4KPacked {
         const int8x16x2_t tail = vld1q_s8_x2(reinterpret_cast<const int8_t*>(ab + j * as + kQKK));
         const int8x16_t sums = tail.val[0];
         const float32x4_t d = vreinterpretq_f32_s8(tail.val[1]);  // lane 0
-        const int32x4_t hi = vdotq_laneq_s32(vdotq_laneq_s32(vdupq_n_s32(0), mins_w.val[0], sums, 2),
-                                             mins_w.val[1], sums, 3);
-        const int32x4_t mins = vdotq_laneq_s32(vdotq_laneq_s32(vshlq_n_s32(hi, 6), mins_w.val[0], sums, 0),
-                                               mins_w.val[1], sums, 1);
+        const int32x4_t mins = k4_mins(mins_w, sums);
         acc[j] = vfmaq_laneq_f32(acc[j], vmulq_f32(vcvtq_f32_s32(tot[j]), wd), d, 0);
         acc[j] = vfmsq_laneq_f32(acc[j], vmulq_f32(vcvtq_f32_s32(mins), wdmin), d, 0);
       }
@@ -264,6 +238,28 @@ struct Q6KPacked {
 };
 
 }  // namespace
+
+namespace packed_neon {
+
+size_t k4_act_bytes(int64_t n) { return (size_t)(n / kQKK) * kK4ActBlock; }
+
+void k4_quantize_act(const float* x, void* out, int64_t n) {
+  const BlockQ8_K* y = quantize_q8_k_tmp(x, n);
+  for (int64_t b = 0; b < n / kQKK; ++b) {
+    uint8_t* blk = static_cast<uint8_t*>(out) + b * kK4ActBlock;
+    std::memcpy(blk, y[b].qs, kQKK);
+    auto* sums = reinterpret_cast<int8_t*>(blk + kQKK);
+    for (int s = 0; s < 8; ++s) {
+      const int sum = y[b].bsums[2 * s] + y[b].bsums[2 * s + 1];  // |sum| <= 32 * 128
+      sums[s] = (int8_t)(sum & 63);
+      sums[8 + s] = (int8_t)(sum >> 6);
+    }
+    std::memcpy(blk + kQKK + 16, &y[b].d, 4);
+    std::memset(blk + kQKK + 20, 0, 12);
+  }
+}
+
+}  // namespace packed_neon
 
 void fill_packed_kquant_neon_kernels(KernelTable& t) {
   g_quantize_q8_k = t.types[(uint32_t)DType::Q8_K].quantize;  // set by fill_neon_kernels

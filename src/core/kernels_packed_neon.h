@@ -123,9 +123,45 @@ struct Packer {
   }
 };
 
+// The activation format of Q4_K and Q5_K (defined in
+// kernels_packed_kquant_neon.cpp; one function, so matrices of both types
+// reading the same input share one conversion). Per super-block
+// (kK4ActBlock bytes): 256 int8 levels; the 8 sums of 32 as sum & 63
+// (bytes 0-7) and sum >> 6 (bytes 8-15), so the minimums are sdots of
+// int8: sum = 64 * (sum >> 6) + (sum & 63); the float scale; padding.
+constexpr size_t kK4ActBlock = kQKK + 32;
+size_t k4_act_bytes(int64_t n);
+void k4_quantize_act(const float* x, void* out, int64_t n);
+
+// Byte offsets in the Q4_K group super-block (kernels_packed_kquant_neon.cpp),
+// also the first part of Q5_K's: d[4], dmin[4] fp16; scales[8 sub-blocks][4
+// rows]; mins as 2 registers; qs[4 p][8 m] registers.
+struct K4Group {
+  static constexpr size_t kScales = 4 * kRows, kMins = kScales + 8 * kRows, kQs = kMins + 32;
+  static constexpr size_t kBytes = kQs + 32 * 16;
+};
+
+// Q4_K / Q5_K minimums of one super-block: sum over sub-blocks s of
+// m[s][row] * asum[s], from the 2 registers of 6-bit mins (lane r: row r's
+// sub-blocks 4k .. 4k + 3) and the split activation sums above.
+inline int32x4_t k4_mins(int8x16x2_t mins_w, int8x16_t sums) {
+  const int32x4_t hi =
+      vdotq_laneq_s32(vdotq_laneq_s32(vdupq_n_s32(0), mins_w.val[0], sums, 2), mins_w.val[1], sums, 3);
+  return vdotq_laneq_s32(vdotq_laneq_s32(vshlq_n_s32(hi, 6), mins_w.val[0], sums, 0), mins_w.val[1], sums, 1);
+}
+
+// 8 bytes (the 4 rows of two sub-blocks) widened to int32: bytes 0-3 in
+// out[0], 4-7 in out[1].
+inline void widen_u8x8(const uint8_t* p, int32x4_t (&out)[2]) {
+  const uint16x8_t v = vmovl_u8(vld1_u8(p));
+  out[0] = vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(v)));
+  out[1] = vreinterpretq_s32_u32(vmovl_high_u16(v));
+}
+
 }  // namespace spool::detail::packed_neon
 
 namespace spool::detail {
 void fill_packed_legacy_neon_kernels(KernelTable& t);  // kernels_packed_legacy_neon.cpp
 void fill_packed_kquant_neon_kernels(KernelTable& t);  // kernels_packed_kquant_neon.cpp
+void fill_packed_q5k_neon_kernels(KernelTable& t);     // kernels_packed_q5k_neon.cpp
 }  // namespace spool::detail

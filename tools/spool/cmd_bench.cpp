@@ -171,6 +171,8 @@ void bench(const BenchOptions& o) {
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode speed (llama-bench's pp/tg tests)");
+  cmd->footer("Kernels: the best instruction set of this CPU (the isa column); SPOOL_ISA=scalar|avx2|avx512|amx|neon\n"
+              "caps it, e.g. SPOOL_ISA=avx512 on an AMX host measures AVX-512 VNNI without the AMX prefill tiles.");
   cmd->add_option("-m,--model", o->model, "Model: GGUF file or Hugging Face directory");
   cmd->add_option("-t,--threads", o->n_threads, "Threads (default: all cores)");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens in the prefill test (0: skip)")->capture_default_str();

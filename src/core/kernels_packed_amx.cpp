@@ -1,0 +1,207 @@
+// AMX int8 tile gemm for the packed Q4_0 and Q8_0 layouts of the AVX-512
+// table (kernels_packed_legacy_avx512.cpp), used for prefill-sized calls on
+// CPUs with AMX; smaller calls (decode) keep the VNNI kernel. A packed block
+// (16 rows x 32 elements) is already AMX's B operand: 8 rows of 4-element
+// chunks x 16 weight rows x 4 bytes (Q8_0 as is, Q4_0 after splitting the
+// nibbles into a per-thread buffer once per group). A is 16 activation rows
+// x 32 int8 levels; tdpbsud (signed activations x unsigned weights) gives
+// each block's exact integer sums for 16 tokens x 16 rows. The float
+// epilogue is the VNNI kernel's, instruction for instruction, per (token,
+// row): sum + bias, to float, times (weight scale * activation scale), fused
+// into the accumulator block by block. So a token's result is bit-identical
+// whichever kernel and tile width computed it (batch invariance).
+#include <immintrin.h>
+
+#include <vector>
+
+#include "core/kernels_packed_avx512.h"
+
+namespace spool::detail {
+namespace {
+
+using namespace packed;
+
+constexpr int kTileTokens = 16;  // activation rows per A tile (AMX maximum)
+// Calls with fewer tokens take the VNNI kernel: one token tile would leave
+// most of A empty while paying the tile set-up and the per-block C store.
+constexpr int64_t kMinTokens = 16;
+
+// The packed legacy block: 16 fp16 scales, then 8 chunks of 16 rows x 4
+// bytes (Q4_0: 4 chunks of nibbles holding chunks m and m + 4).
+template <bool kNibbles>
+constexpr size_t kBlockBytes = 2 * kRows + (kNibbles ? 4 : 8) * 64;
+constexpr size_t kBTileBytes = 8 * 64;  // one block as B: 8 rows of 64 bytes
+
+// Palette 1: tmm0/1 C (16 tokens x 16 int32), tmm2/3 A (16 tokens x 32
+// bytes), tmm4/5 B (8 rows x 64 bytes). Two of each so block b + 1's tile
+// work overlaps block b's epilogue.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+constexpr TileConfig make_tile_config() {
+  TileConfig cfg;
+  for (int i = 0; i < 2; ++i) {
+    cfg.colsb[0 + i] = 64, cfg.rows[0 + i] = kTileTokens;
+    cfg.colsb[2 + i] = kQK, cfg.rows[2 + i] = kTileTokens;
+    cfg.colsb[4 + i] = 64, cfg.rows[4 + i] = 8;
+  }
+  return cfg;
+}
+// A constant in memory: GCC 12's _tile_loadconfig tells the compiler it
+// reads only the first 8 bytes, so a config built on the stack just before
+// it may be missing its shapes (then the tile instructions fault).
+constexpr TileConfig kTileConfig = make_tile_config();
+
+void load_tile_config() { _tile_loadconfig(&kTileConfig); }
+
+// One tile of activations: rows q + j * q_stride (int8 levels), and each
+// token's per-block float scales and int32 biases.
+struct ActTile {
+  const uint8_t* q;
+  size_t q_stride;
+  const float* d[kTileTokens];
+  const int32_t* bias[kTileTokens];
+  int n_tokens;  // valid rows; the others repeat row 0 and are never stored
+};
+
+// Block b's integer sums into c (16 tokens x 16 rows, row-major), on tile
+// set 0 (tmm0, 2, 4) or 1 (tmm1, 3, 5). The intrinsics paste the register
+// number into the instruction text, so it must be a literal.
+#define SPOOL_AMX_BLOCK_SUMS(kC, kA, kB)                                                  \
+  inline void block_sums_##kC(const ActTile& at, const uint8_t* b_tile, int64_t b, int32_t* c) { \
+    _tile_loadd(kA, at.q + b * kQK, (long)at.q_stride);                                   \
+    _tile_loadd(kB, b_tile, 64);                                                          \
+    _tile_zero(kC);                                                                       \
+    _tile_dpbsud(kC, kA, kB);                                                             \
+    _tile_stored(kC, c, 64);                                                              \
+  }
+SPOOL_AMX_BLOCK_SUMS(0, 2, 4)
+SPOOL_AMX_BLOCK_SUMS(1, 3, 5)
+#undef SPOOL_AMX_BLOCK_SUMS
+
+// The VNNI kernel's epilogue for block b (see LegacyPacked::tile).
+inline void block_epilogue(const ActTile& at, const uint8_t* blk, int64_t b, const int32_t* c, __m512* acc) {
+  const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)blk));
+  #pragma GCC unroll 16
+  for (int j = 0; j < kTileTokens; ++j) {
+    const __m512i sum = _mm512_add_epi32(_mm512_set1_epi32(at.bias[j][b]), _mm512_load_si512(c + kRows * j));
+    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(wd, _mm512_set1_ps(at.d[j][b])), acc[j]);
+  }
+}
+
+// A 16-row group x up to 16 tokens. wg: the packed group; bw: its blocks as
+// B tiles, b_step bytes apart.
+template <bool kNibbles>
+void group_tile(int64_t nb, const uint8_t* wg, const uint8_t* bw, size_t b_step, const ActTile& at, float* c,
+                size_t ldc, __mmask16 mask) {
+  alignas(64) int32_t sums[2][kTileTokens * kRows];
+  __m512 acc[kTileTokens];
+  #pragma GCC unroll 16
+  for (int j = 0; j < kTileTokens; ++j) acc[j] = _mm512_setzero_ps();
+  auto blk = [&](int64_t b) { return wg + b * kBlockBytes<kNibbles>; };
+  block_sums_0(at, bw, 0, sums[0]);
+  for (int64_t b = 0; b < nb; b += 2) {
+    if (b + 1 < nb) block_sums_1(at, bw + (b + 1) * b_step, b + 1, sums[1]);
+    block_epilogue(at, blk(b), b, sums[0], acc);
+    if (b + 1 < nb) {
+      if (b + 2 < nb) block_sums_0(at, bw + (b + 2) * b_step, b + 2, sums[0]);
+      block_epilogue(at, blk(b + 1), b + 1, sums[1], acc);
+    }
+  }
+  for (int j = 0; j < at.n_tokens; ++j) _mm512_mask_storeu_ps(c + j * ldc, mask, acc[j]);
+}
+
+// Q4_0 group -> B tiles: block b's chunk m (m < 4) from the low nibbles of
+// packed chunk m, chunk m + 4 from its high nibbles, as the VNNI kernel does.
+void unpack_nibbles(int64_t nb, const uint8_t* wg, uint8_t* out) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* qs = wg + b * kBlockBytes<true> + 2 * kRows;
+    uint8_t* o = out + b * kBTileBytes;
+    #pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+      const __m512i raw = _mm512_loadu_si512(qs + 64 * m);
+      _mm512_storeu_si512(o + 64 * m, _mm512_and_si512(raw, low4));
+      _mm512_storeu_si512(o + 64 * (m + 4), _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
+    }
+  }
+}
+
+ActTile act_tile(const uint8_t* act, size_t as, int64_t n_cols, int n_tokens, const uint8_t* q, size_t q_stride) {
+  ActTile at;
+  at.q = q, at.q_stride = q_stride, at.n_tokens = n_tokens;
+  const int64_t nb = n_cols / kQK;
+  for (int j = 0; j < kTileTokens; ++j) {
+    const uint8_t* row = act + (j < n_tokens ? j : 0) * as;
+    at.d[j] = reinterpret_cast<const float*>(row + n_cols);
+    at.bias[j] = reinterpret_cast<const int32_t*>(at.d[j] + nb);
+  }
+  return at;
+}
+
+PackedKernels g_vnni[2];  // the AVX-512 table's packed Q8_0 [0] and Q4_0 [1]
+
+template <bool kNibbles>
+void gemm_amx(int64_t n_cols, const void* w, int64_t n_rows, const void* act_v, size_t as, int64_t n_tokens,
+              float* c, size_t ldc) {
+  if (n_tokens < kMinTokens) {
+    g_vnni[kNibbles].gemm(n_cols, w, n_rows, act_v, as, n_tokens, c, ldc);
+    return;
+  }
+  const int64_t nb = n_cols / kQK;
+  const auto* act = static_cast<const uint8_t*>(act_v);
+  const int64_t n_full = n_tokens / kTileTokens * kTileTokens;
+  const int rem = (int)(n_tokens - n_full);
+  // The last partial tile's levels, zero-padded to 16 rows: A always loads 16.
+  thread_local std::vector<uint8_t> pad, unpacked;
+  if (rem > 0) {
+    pad.assign(kTileTokens * n_cols, 0);
+    for (int j = 0; j < rem; ++j) std::memcpy(pad.data() + j * n_cols, act + (n_full + j) * as, n_cols);
+  }
+  if constexpr (kNibbles) unpacked.resize(nb * kBTileBytes);
+  load_tile_config();
+  // The tile-load intrinsics are asm without a memory clobber: make the
+  // compiler finish the buffer writes (pad here, unpacked below) first.
+  auto fence_writes = [] { __asm__ volatile("" ::: "memory"); };
+  fence_writes();
+  const auto* wg = static_cast<const uint8_t*>(w);
+  const size_t group_bytes = nb * kBlockBytes<kNibbles>;
+  for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
+    const __mmask16 mask = row_mask(n_rows - g * kRows);
+    const uint8_t* bw = wg + 2 * kRows;
+    size_t b_step = kBlockBytes<kNibbles>;
+    if constexpr (kNibbles) {
+      unpack_nibbles(nb, wg, unpacked.data());
+      fence_writes();
+      bw = unpacked.data(), b_step = kBTileBytes;
+    }
+    for (int64_t t = 0; t < n_full; t += kTileTokens) {
+      const ActTile at = act_tile(act + t * as, as, n_cols, kTileTokens, act + t * as, as);
+      group_tile<kNibbles>(nb, wg, bw, b_step, at, c + t * ldc + g * kRows, ldc, mask);
+    }
+    if (rem > 0) {
+      const ActTile at = act_tile(act + n_full * as, as, n_cols, rem, pad.data(), n_cols);
+      group_tile<kNibbles>(nb, wg, bw, b_step, at, c + n_full * ldc + g * kRows, ldc, mask);
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace
+
+void fill_packed_amx_kernels(KernelTable& t) {
+  PackedKernels& q8 = t.types[(uint32_t)DType::Q8_0].packed;
+  PackedKernels& q4 = t.types[(uint32_t)DType::Q4_0].packed;
+  if (q8.rows != kRows || q4.rows != kRows) return;  // not the AVX-512 layouts: keep them
+  g_vnni[0] = q8, g_vnni[1] = q4;
+  q8.gemm = gemm_amx<false>;
+  q4.gemm = gemm_amx<true>;
+}
+
+}  // namespace spool::detail
