@@ -24,6 +24,7 @@ namespace {
 struct ServeOptions {
   std::vector<std::string> models;
   std::string host = "127.0.0.1", api_key, api_key_file, data_dir;
+  bool no_prefix_cache = false;
   int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64, max_runs = 1;
   size_t max_body = 8u << 20;
   ModelFlags model_flags;  // --mem-budget and friends, as run/bench
@@ -88,6 +89,7 @@ void serve(const ServeOptions& o) {
     eo.max_running = o.parallel;
     eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
     eo.max_waiting = o.max_waiting;
+    eo.prefix_cache = !o.no_prefix_cache;
     l.engine = make_engine(*l.model, eo);
     const EngineStats st = l.engine->stats();
     std::fprintf(stderr,
@@ -168,6 +170,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per engine step (decodes + prefill chunks)")->capture_default_str();
   cmd->add_option("--max-waiting", o->max_waiting, "Queued requests at most; beyond it requests get 503")->capture_default_str();
   cmd->add_option("--max-body", o->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
+               "Never reuse KV blocks of earlier requests (for measuring what the prefix cache saves)");
   cmd->add_option("--data-dir", o->data_dir,
                   "Durable store of pipeline runs, specs, batches (SQLite; default $XDG_DATA_HOME/spool or "
                   "~/.local/share/spool); one server per directory");
