@@ -184,22 +184,25 @@ void PipelineRunner::execute(const std::shared_ptr<Run>& run) {
 }
 
 void PipelineRunner::finish(const std::shared_ptr<Run>& run, const std::string& status, const std::string& error) {
-  store_.set_run_status(run->id, status, error);
   std::string line = "[run:" + run->id + "] " + (status == "completed" ? "COMPLETED" : status == "failed" ? "FAILED" : "CANCELLED");
   if (!error.empty()) line += ": " + error;
-  store_.add_log(run->id, line);
-  if (options_.log_to_stderr) std::fprintf(stderr, "%s\n", line.c_str());
   json ev{{"type", "done"}, {"status", status}};
   if (!error.empty()) ev["error"] = error;
-  int64_t seq;
   {
+    std::lock_guard<std::mutex> order(run->record_mu);
+    int64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(run->mu);
+      seq = run->next_seq + 1;
+    }
+    store_.finish_run(run->id, status, error, line, seq, ev);
     std::lock_guard<std::mutex> lock(run->mu);
-    seq = ++run->next_seq;
+    run->next_seq = seq;
     run->events.emplace_back(seq, ev);
     run->ended = true;
     run->status = status;
   }
-  store_.add_event(run->id, seq, ev);
+  if (options_.log_to_stderr) std::fprintf(stderr, "%s\n", line.c_str());
   run->cv.notify_all();
   std::lock_guard<std::mutex> lock(mu_);
   finished_order_.push_back(run->id);

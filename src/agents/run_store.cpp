@@ -192,6 +192,26 @@ void RunStore::create_run(const RunRecord& r) {
 
 void RunStore::set_run_status(const std::string& id, const std::string& status, const std::string& error) {
   std::lock_guard<std::mutex> lock(mu_);
+  update_status(id, status, error);
+}
+
+void RunStore::finish_run(const std::string& id, const std::string& status, const std::string& error,
+                          const std::string& log_line, int64_t event_seq, const json& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exec("BEGIN IMMEDIATE");
+  try {
+    update_status(id, status, error);
+    Stmt(db_, "INSERT INTO logs(run_id, ts, line) VALUES(?1, ?2, ?3)").bind(1, id).bind(2, unix_now()).bind(3, log_line).run();
+    Stmt(db_, "INSERT OR REPLACE INTO events(run_id, seq, body) VALUES(?1, ?2, ?3)")
+        .bind(1, id).bind(2, event_seq).bind(3, event.dump()).run();
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+void RunStore::update_status(const std::string& id, const std::string& status, const std::string& error) {
   const bool ended = status == "completed" || status == "failed" || status == "cancelled";
   Stmt(db_, "UPDATE runs SET status = ?2, error = ?3, "
             "started_at = CASE WHEN ?2 IN ('running', 'in_progress') AND started_at = 0 THEN ?4 ELSE started_at END, "

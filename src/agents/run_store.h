@@ -85,6 +85,9 @@ class RunStore {
   void commit(const std::string& run_id, const StepRecord* step, const std::vector<std::string>& log_lines,
               int64_t event_seq, const nlohmann::json& event);
   std::vector<StepRecord> steps(const std::string& run_id);
+  // A run's end in one transaction: its status (and error), its last log line and its "done" event.
+  void finish_run(const std::string& id, const std::string& status, const std::string& error,
+                  const std::string& log_line, int64_t event_seq, const nlohmann::json& event);
 
   void add_event(const std::string& run_id, int64_t seq, const nlohmann::json& ev);
   std::vector<std::pair<int64_t, nlohmann::json>> events(const std::string& run_id, int64_t after_seq);
@@ -100,6 +103,7 @@ class RunStore {
 
  private:
   void exec(const char* sql);
+  void update_status(const std::string& id, const std::string& status, const std::string& error);  // mu_ held
   std::string dir_;
   int lock_fd_ = -1;
   sqlite3* db_ = nullptr;
