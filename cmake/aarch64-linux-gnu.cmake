@@ -14,6 +14,16 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 
+# pkg-config: the target's .pc files (Debian multiarch :arm64 -dev packages,
+# scripts/build-arm.sh) and the arch-independent ones, never the host's.
+# Their -L/-I paths (/usr/lib/aarch64-linux-gnu, /usr/include) are real host
+# paths, so no sysroot prefix is added. FindPkgConfig's find_library re-roots
+# them under CMAKE_FIND_ROOT_PATH and misses, then links plain -lNAME, which
+# the Debian cross linker resolves in /usr/lib/aarch64-linux-gnu.
+set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
+set(ENV{PKG_CONFIG_PATH} "")
+unset(ENV{PKG_CONFIG_SYSROOT_DIR})
+
 # "-cpu max" turns on every optional feature qemu emulates (dotprod, fp16),
 # so the NEON kernel table is selected at run time.
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-cpu;max;-L;/usr/aarch64-linux-gnu)
