@@ -32,7 +32,9 @@ types=${TYPES:-Q4_0 Q8_0 Q4_K_M}
 prefix=${MODEL_PREFIX:-tinyllama-1.1b-L4}
 p1=${P1:-16} p2=${P2:-48} n1=${N1:-4} n2=${N2:-12}
 export QEMU_CPU=${QEMU_CPU:-neoverse-n1}
-export QEMU_LD_PREFIX=${QEMU_LD_PREFIX:-/usr/aarch64-linux-gnu}
+# Debian's multiarch loader and libc, which the full binary links against (the
+# cross toolchain's loader with that libc hangs in pthread_create).
+export QEMU_LD_PREFIX=${QEMU_LD_PREFIX:-/}
 qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
 tools=${TOOLS:-spool llama}
 needed=("$spool" "$plugin"); case " $tools " in *" llama "*) needed+=("$llama_bench") ;; esac

@@ -5,7 +5,7 @@
 #   scripts/build-arm.sh                          # install what is missing, configure, build
 #   SPOOL_ARM_SKIP_INSTALL=1 scripts/build-arm.sh # never touch apt
 #   SPOOL_ARM_TARGETS="spool" scripts/build-arm.sh   # only the CLI (default: spool spool_tests)
-#   QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64 -cpu max build-arm64/spool run ...
+#   QEMU_LD_PREFIX=/ qemu-aarch64 -cpu max build-arm64/spool run ...
 # Build tree: build-arm64/ (full configuration; build-arm/ is test-arm.sh's
 # kernels-only one). SPOOL_ARM_JOBS sets build parallelism (default nproc).
 # On 2 shared cores (load 7-12 from other jobs): apt ~30 s once, configure ~2 s,
@@ -60,6 +60,10 @@ echo "build-arm: built ${targets[*]} in $(( $(date +%s) - t0 )) s"
 
 # Smoke test: the aarch64 binary starts under qemu (-cpu max: dotprod and fp16,
 # so the NEON kernel table is selected).
-export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+# The full binary links Debian's multiarch :arm64 libraries, so it must run on
+# their loader and libc (/lib/ld-linux-aarch64.so.1). The cross toolchain's
+# loader (/usr/aarch64-linux-gnu) with that libc hangs in the first
+# pthread_create (seen as a hang with -t 2).
+export QEMU_LD_PREFIX=/
 qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
 "$qemu" -cpu max build-arm64/spool --version
