@@ -35,11 +35,13 @@ const prompt = {
 const spec = {
   name: 'bench-plan-4-exec-summarize', task: context, temperature: 0, max_tokens: maxTokens,
   agents: [
-    { name: 'planner', prompt: '{task}\nPlan the report in four parts:' },
-    ...parts.map((p, i) => ({ name: `e${i}`, prompt: `{task}\nPlan:\n{agents.planner.output}\nWrite the part about ${p}:` })),
-    { name: 'summarizer', prompt: '{task}\nParts:\n{previous}\nFinal report:' },
+    // Names without a built-in role, so no role system prompt goes first: the
+    // prompts are exactly the ones the other modes send.
+    { name: 'plan', prompt: '{task}\nPlan the report in four parts:' },
+    ...parts.map((p, i) => ({ name: `e${i}`, prompt: `{task}\nPlan:\n{agents.plan.output}\nWrite the part about ${p}:` })),
+    { name: 'join', prompt: '{task}\nParts:\n{previous}\nFinal report:' },
   ],
-  stages: ['planner', { parallel: ['e0', 'e1', 'e2', 'e3'] }, 'summarizer'],
+  stages: ['plan', { parallel: ['e0', 'e1', 'e2', 'e3'] }, 'join'],
 };
 
 const totals = { prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0 };
