@@ -21,6 +21,8 @@ DIR=${SPOOL_BENCH_DIR:-/tmp/spool-bench}; mkdir -p "$DIR"
 RUN=$(mktemp -d "$DIR/agents-XXXXXX")
 CTX=4096
 
+# Something else answering on the port would be measured instead (e.g. a server left from an interrupted run).
+curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && die "port $PORT is already in use; stop that server or set PORT"
 wait_up() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; die "server did not start"; }
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
