@@ -24,7 +24,7 @@ install_deps() {
   fi
   local pkgs=(g++-aarch64-linux-gnu cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev
               libutf8proc-dev:arm64 libcurl4-openssl-dev:arm64 liburing-dev:arm64 libcpp-httplib-dev:arm64
-              libsqlite3-dev:arm64 libgtest-dev:arm64) missing=()
+              libsqlite3-dev:arm64 libyaml-cpp-dev:arm64 libgtest-dev:arm64) missing=()
   command -v qemu-aarch64 >/dev/null || command -v qemu-aarch64-static >/dev/null || pkgs+=(qemu-user)
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -eq 0 ]; then return; fi

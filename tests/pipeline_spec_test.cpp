@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "agents/pipeline_spec.h"
 #include "agents/prompt_template.h"
 #include "agents/run_store.h"
+#include "agents/spec_yaml.h"
 #include "core/error.h"
 
 namespace spool::agents {
@@ -173,6 +176,33 @@ TEST(RunStore, KeepsRunsAcrossReopenAndRefusesASecondProcess) {
   store.set_run_status("run_1", "completed");
   EXPECT_GT(store.get_run("run_1")->finished_at, 0);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace spool::agents
+
+namespace spool::agents {
+namespace {
+
+TEST(SpecYaml, TheYamlChainExampleIsTheJsonOne) {
+  const std::string dir = std::string(SPOOL_SOURCE_DIR) + "/examples/agents/";
+  std::ifstream y(dir + "chain.yaml"), j(dir + "chain.json");
+  std::stringstream ys, js;
+  ys << y.rdbuf();
+  js << j.rdbuf();
+  EXPECT_EQ(yaml_to_json(ys.str()), json::parse(js.str()));
+  EXPECT_EQ(parse_spec_text(js.str()), json::parse(js.str()));
+}
+
+TEST(SpecYaml, ScalarsAndErrors) {
+  const json j = yaml_to_json("a: 1\nb: 0.5\nc: true\nd: ~\ne: '12'\nf: hello world\ng: [1, x]\nh: -3\n");
+  EXPECT_EQ(j, json::parse(R"({"a": 1, "b": 0.5, "c": true, "d": null, "e": "12", "f": "hello world", "g": [1, "x"], "h": -3})"));
+  try {
+    yaml_to_json("agents:\n  - name: a\n   prompt: [unclosed\n");
+    FAIL() << "malformed YAML accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("line "), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 //   GET  /v1/pipelines/{id}/logs       the run's log lines
 //   POST /v1/pipelines/{id}/cancel     cancels; its engine requests (and KV blocks) are released at once
 //   PUT/GET /v1/pipeline-specs/{name}  save / fetch a validated spec; GET /v1/pipeline-specs lists names
+// Specs are JSON, or YAML with Content-Type application/yaml.
 // A bad spec is a 400 naming the field (param) before anything is stored.
 #include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "agents/pipeline_runner.h"
+#include "agents/spec_yaml.h"
 #include "server/openai_format.h"
 #include "server/server_context.h"
 
@@ -36,6 +38,21 @@ ApiError no_run(const std::string& id) {
   return ApiError(404, "no pipeline run '" + id + "'", "invalid_request_error", "not_found", "id");
 }
 
+// The body as a JSON object: JSON, or YAML when the Content-Type says so
+// (application/yaml, application/x-yaml, text/yaml).
+json parse_spec_body(const httplib::Request& req) {
+  if (req.get_header_value("Content-Type").find("yaml") == std::string::npos) return parse_json_body(req);
+  json j;
+  try {
+    j = agents::yaml_to_json(req.body);
+  } catch (const std::invalid_argument& e) {
+    throw ApiError(400, std::string("the request body is not valid YAML: ") + e.what(), "invalid_request_error",
+                   "invalid_yaml");
+  }
+  if (!j.is_object()) throw ApiError(400, "the request body must be a YAML mapping", "invalid_request_error", "invalid_yaml");
+  return j;
+}
+
 bool valid_spec_name(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;
   for (char c : name)
@@ -45,7 +62,7 @@ bool valid_spec_name(const std::string& name) {
 
 void create_run(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   agents::PipelineRunner& runner = runner_of(ctx);
-  json body = parse_json_body(req);
+  json body = parse_spec_body(req);
   std::string input;
   if (const auto it = body.find("input"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) throw bad_param("input", "'input' must be a string", "invalid_type");
@@ -149,7 +166,7 @@ void add_pipeline_routes(ServerContext& ctx) {
     const std::string name = req.matches[1].str();
     if (!valid_spec_name(name))
       throw bad_param("name", "a spec name has 1-128 letters, digits, '_', '-' or '.'");
-    json spec = parse_json_body(req);
+    json spec = parse_spec_body(req);
     spec.erase("input");
     try {
       runner.validate(spec);

@@ -140,6 +140,25 @@ test('the chain shape users write runs as written (examples/agents/chain.json)',
   assert.equal(step(run, 'editor').output, await complete(expected, 256));
 });
 
+test('a YAML spec (examples/agents/chain.yaml) runs like its JSON twin; bad YAML is a 400 naming the line', async () => {
+  const post = async (body) => {
+    const r = await fetch(`${server.url}/v1/pipelines`, { method: 'POST', headers: { 'Content-Type': 'application/yaml' }, body });
+    return { status: r.status, json: await r.json() };
+  };
+  const yaml = await post(readFileSync(path.join(examples, 'chain.yaml'), 'utf8'));
+  assert.equal(yaml.status, 200, JSON.stringify(yaml.json));
+  const a = await finished(yaml.json.id);
+  const b = await finished(await submit(JSON.parse(readFileSync(path.join(examples, 'chain.json'), 'utf8'))));
+  assert.equal(a.status, 'completed');
+  assert.deepEqual(a.agents.map((s) => s.output), b.agents.map((s) => s.output));
+  const bad = await post('agents:\n  - name: a\n   prompt: [oops\n');
+  assert.equal(bad.status, 400);
+  assert.match(bad.json.error.message, /YAML.*line \d+/);
+  const badField = await post('agents:\n  - name: a\n    prompt: x\n    retries: 9\n');
+  assert.equal(badField.status, 400);
+  assert.equal(badField.json.error.param, 'agents[0].retries');
+});
+
 test('the config shape users write runs as written (examples/agents/config.json)', async () => {
   const spec = JSON.parse(readFileSync(path.join(examples, 'config.json'), 'utf8'));
   const other = await startServer(`${spec.model}=${STORIES}`, ['-c', '1024']);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agents/pipeline_runner.h"
+#include "agents/spec_yaml.h"
 #include "agents/run_store.h"
 #include "cli_common.h"
 #include "core/error.h"
@@ -49,6 +50,13 @@ std::string model_file_name(const std::string& path) {
 
 json read_spec_file(const std::string& path) {
   const std::string text = read_text_file(path);
+  if (path.ends_with(".yaml") || path.ends_with(".yml")) {
+    try {
+      return agents::yaml_to_json(text);
+    } catch (const std::invalid_argument& e) {
+      throw Error(path + ": not valid YAML: " + e.what());
+    }
+  }
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {

@@ -1,0 +1,72 @@
+#include "agents/spec_yaml.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <regex>
+#include <stdexcept>
+
+namespace spool::agents {
+
+using nlohmann::json;
+
+namespace {
+
+json scalar(const YAML::Node& n) {
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted: a string whatever it looks like
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") return nullptr;
+  static const std::regex integer("[-+]?[0-9]+"), decimal("[-+]?([0-9]+\\.[0-9]*|\\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?");
+  if (std::regex_match(s, integer)) {
+    errno = 0;
+    const long long v = std::strtoll(s.c_str(), nullptr, 10);
+    if (errno == 0) return v;
+  }
+  if (std::regex_match(s, decimal)) return std::strtod(s.c_str(), nullptr);
+  return s;
+}
+
+json convert(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: return nullptr;
+    case YAML::NodeType::Scalar: return scalar(n);
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const YAML::Node& e : n) a.push_back(convert(e));
+      return a;
+    }
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (const auto& kv : n) {
+        if (!kv.first.IsScalar())
+          throw std::invalid_argument("line " + std::to_string(kv.first.Mark().line + 1) + ": a key must be a scalar");
+        o[kv.first.Scalar()] = convert(kv.second);
+      }
+      return o;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+json yaml_to_json(const std::string& text) {
+  try {
+    return convert(YAML::Load(text));
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument("line " + std::to_string(e.mark.line + 1) + ", column " +
+                                std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+}
+
+json parse_spec_text(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') return json::parse(text);
+  return yaml_to_json(text);
+}
+
+}  // namespace spool::agents
