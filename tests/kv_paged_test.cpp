@@ -169,3 +169,34 @@ TEST(PrefixCache, MatchesLongestChainOfFullBlocks) {
   EXPECT_EQ(pc.size(), 1);
   EXPECT_TRUE(pc.match(a, 8).empty());  // the first block (released first) went first
 }
+
+namespace spool {
+namespace {
+
+// Workflow hints: eviction takes unhinted cached blocks first (oldest first),
+// then the hinted block whose next use is farthest; a cleared hint is plain LRU again.
+TEST(KvPagedHints, EvictUnhintedFirstThenFarthestNextUse) {
+  KvShape shape;
+  shape.n_layer = 1;
+  shape.n_head_kv = 1;
+  shape.head_dim_k = 4;
+  shape.head_dim_v = 4;
+  PagedKvCache kv(shape, 4, 5, 64, 1);
+  std::vector<int> blocks;
+  for (int i = 0; i < 5; ++i) blocks.push_back(kv.alloc());
+  for (int b : blocks) kv.set_cached(b, true);
+  for (int b : blocks) kv.unref(b);  // LRU order: blocks[0] oldest
+  kv.set_hint(blocks[0], 3);
+  kv.set_hint(blocks[1], 1);
+  kv.set_hint(blocks[3], 3);
+  EXPECT_EQ(kv.alloc(), blocks[2]);  // oldest unhinted
+  EXPECT_EQ(kv.alloc(), blocks[4]);
+  EXPECT_EQ(kv.alloc(), blocks[0]);  // all hinted: farthest next use, oldest among equals
+  kv.set_hint(blocks[1], 0);         // cleared
+  EXPECT_EQ(kv.alloc(), blocks[1]);
+  EXPECT_EQ(kv.alloc(), blocks[3]);
+  EXPECT_EQ(kv.alloc(), -1);
+}
+
+}  // namespace
+}  // namespace spool

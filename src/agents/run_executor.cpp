@@ -71,6 +71,10 @@ RunExecutor::RunExecutor(PipelineRunner& runner, std::shared_ptr<PipelineRunner:
     if (s.status == "done") done_.emplace(std::make_pair(s.agent, s.round), std::move(s));
 }
 
+RunExecutor::~RunExecutor() {
+  for (auto& [engine, tokens] : hinted_) engine->hint_prefix(std::move(tokens), 0);
+}
+
 void RunExecutor::check_stop() const {
   if (run_->cancelled) throw RunCancelled{};
   std::lock_guard<std::mutex> lock(runner_.mu_);
@@ -179,6 +183,7 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
   st.started_at = unix_now();
   const auto t0 = Clock::now();
   const int fail_first = injected_failures(a.name);
+  std::vector<int32_t> used_prompt;
   for (int attempt_no = 1;; ++attempt_no) {
     check_stop();
     st.attempts = attempt_no;
@@ -191,9 +196,9 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
     } else {
       int max_tokens = a.max_tokens;
       try {
-        const std::vector<int32_t> prompt = build_prompt(a, round, m, max_tokens);
+        used_prompt = build_prompt(a, round, m, max_tokens);
         RequestParams p;
-        p.prompt = prompt;
+        p.prompt = used_prompt;
         p.max_tokens = max_tokens;
         p.sampling.temperature = a.temperature;
         p.sampling.top_p = a.top_p;
@@ -218,6 +223,10 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         outputs_[a.name] = r.output;
+        // Workflow-aware retention: the next stage's prompts start with this context; keep its blocks ahead of
+        // other cached blocks until the run ends.
+        m.engine->hint_prefix(used_prompt, 1);
+        hinted_.emplace_back(m.engine, std::move(used_prompt));
       }
       ++runner_.steps_done_;
       record(&st,

@@ -50,6 +50,7 @@ struct RunFailed {
 class RunExecutor {
  public:
   RunExecutor(PipelineRunner& runner, std::shared_ptr<PipelineRunner::Run> run);
+  ~RunExecutor();  // clears the run's KV retention hints
   void execute();  // throws RunCancelled, RunStopping or RunFailed
 
  private:
@@ -74,6 +75,9 @@ class RunExecutor {
   std::map<std::string, std::string> outputs_;              // latest output per agent
   std::string previous_;
   int next_ord_ = 0;
+  // Prompts of finished steps whose cached KV blocks the engine keeps ahead of
+  // plain LRU while the run goes on (later stages start with the same context).
+  std::vector<std::pair<Engine*, std::vector<int32_t>>> hinted_;
   std::mutex mu_;  // parallel agents write outputs_ and the store from several threads
 };
 

@@ -23,6 +23,7 @@ PagedKvCache::PagedKvCache(const KvShape& shape, int block_size, int n_blocks, i
   if (shape.v_row() > 0) v_ = make_huge_array<uint8_t>((size_t)n_blocks * shape.n_layer * v_block_layer_bytes());
   ref_.assign(n_blocks, 0);
   cached_.assign(n_blocks, 0);
+  hint_.assign(n_blocks, 0);
   in_lru_.assign(n_blocks, 0);
   lru_pos_.resize(n_blocks);
   free_.reserve(n_blocks);
@@ -43,9 +44,19 @@ int PagedKvCache::alloc() {
     b = free_.back();
     free_.pop_back();
   } else if (!lru_.empty()) {
-    b = lru_.front();
-    lru_.pop_front();
+    // The oldest unhinted cached block; when all are hinted, the farthest next use (oldest among equals).
+    auto victim = lru_.begin();
+    for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+      if (hint_[*it] == 0) {
+        victim = it;
+        break;
+      }
+      if (hint_[*it] > hint_[*victim]) victim = it;
+    }
+    b = *victim;
+    lru_.erase(victim);
     in_lru_[b] = 0;
+    hint_[b] = 0;
     if (on_evict) on_evict(b);
     cached_[b] = 0;
   } else {
@@ -76,6 +87,11 @@ void PagedKvCache::unref(int block) {
   } else {
     free_.push_back(block);
   }
+}
+
+void PagedKvCache::set_hint(int block, int steps_until_use) {
+  SPOOL_CHECK(block >= 0 && block < n_blocks_ && steps_until_use >= 0);
+  hint_[block] = steps_until_use;
 }
 
 void PagedKvCache::set_cached(int block, bool cached) {

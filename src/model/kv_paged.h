@@ -66,6 +66,13 @@ class PagedKvCache final : public KvCache {
   bool is_cached(int block) const { return cached_[block]; }
   std::function<void(int block)> on_evict;
 
+  // Workflow hints (the agent runtime knows which prefixes later steps reuse):
+  // a cached block with a hint is evicted only when no unhinted cached block
+  // is left, the one whose next use is farthest first (ties: oldest), instead
+  // of plain LRU. 0 clears the hint; the last hint set on a block wins.
+  void set_hint(int block, int steps_until_use);
+  int hint(int block) const { return hint_[block]; }
+
   // Low-level pool operations (tests, prefix cache).
   int alloc();  // a block with refcount 1; -1 when none is free or evictable
   void ref(int block);    // a cached block in the LRU leaves it while held
@@ -85,6 +92,7 @@ class PagedKvCache final : public KvCache {
   HugeArray<uint8_t> k_, v_;  // uninitialised, on huge pages: pages are touched only when used
   std::vector<int> ref_;
   std::vector<uint8_t> cached_;
+  std::vector<int> hint_;
   std::vector<int> free_;
   std::list<int> lru_;                              // cached, unreferenced; front = oldest
   std::vector<std::list<int>::iterator> lru_pos_;

@@ -133,6 +133,12 @@ class EngineImpl final : public Engine {
     cv_.notify_all();
   }
 
+  void hint_prefix(std::vector<int32_t> tokens, int steps_until_use) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    hints_.emplace_back(std::move(tokens), std::max(0, steps_until_use));
+    // Applied at the next intake (no wake-up needed: an idle engine has nothing to evict).
+  }
+
   EngineStats stats() const override {
     std::lock_guard<std::mutex> lock(stats_mu_);
     return stats_;
@@ -162,6 +168,7 @@ class EngineImpl final : public Engine {
   bool intake() {
     std::vector<std::unique_ptr<Request>> fresh;
     std::unordered_set<RequestId> cancels;
+    std::vector<std::pair<std::vector<int32_t>, int>> hints;
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [&] { return stop_ || !incoming_.empty() || !cancels_.empty(); };
@@ -174,7 +181,9 @@ class EngineImpl final : public Engine {
       }
       n_waiting_ += (int)fresh.size();  // still queued (in the scheduler) until the next stats publication
       cancels.swap(cancels_);
+      hints.swap(hints_);
     }
+    for (auto& [tokens, steps] : hints) sched_->hint_prefix(tokens, steps);
     for (auto& r : fresh) {
       sched_->add(r.get());
       const RequestId id = r->id;
@@ -346,6 +355,7 @@ class EngineImpl final : public Engine {
   RequestId next_id_ = 0;
   std::deque<std::unique_ptr<Request>> incoming_;
   std::unordered_set<RequestId> cancels_;
+  std::vector<std::pair<std::vector<int32_t>, int>> hints_;  // workflow hints waiting for the scheduler thread
   int n_waiting_ = 0;
 
   // Engine thread only.

@@ -100,6 +100,15 @@ class Engine {
   // blocks are released. Unknown or finished ids are ignored.
   virtual void cancel(RequestId id) = 0;
   virtual EngineStats stats() const = 0;
+  // Thread-safe hint from a caller that knows its workflow (the agent runtime):
+  // the cached KV blocks of this prompt prefix will be reused in about
+  // `steps_until_use` steps (0: no longer), so eviction takes other cached
+  // blocks first (farthest next use first) instead of plain LRU. Applied at the
+  // next scheduler step; blocks not cached yet are not affected.
+  virtual void hint_prefix(std::vector<int32_t> tokens, int steps_until_use) {
+    (void)tokens;
+    (void)steps_until_use;
+  }
   virtual Model& model() = 0;
   virtual const EngineOptions& options() const = 0;
 };

@@ -58,6 +58,10 @@ class Scheduler {
 
   void add(SchedRequest* r);      // joins the waiting queue
   void remove(SchedRequest* r);   // finished or cancelled: leaves the queues, releases its blocks
+  // Workflow hint on the cached blocks of this prefix (PagedKvCache::set_hint); no-op without the prefix cache.
+  void hint_prefix(const std::vector<int32_t>& tokens, int steps_until_use) {
+    if (prefix_) prefix_->set_hint(tokens, steps_until_use);
+  }
   // Plans the next step and makes its KV positions writable.
   std::vector<StepChunk> plan();
   // After the forward pass: advances n_computed and indexes newly full blocks.
