@@ -266,12 +266,8 @@ std::optional<json> PipelineRunner::run_json(const std::string& id) {
 }
 
 json PipelineRunner::list_json(int limit, const std::string& after_id) {
-  int64_t before = 0;
-  if (!after_id.empty())
-    if (const std::optional<RunRecord> r = store_.get_run(after_id)) before = r->seq;
-  std::vector<RunRecord> runs = store_.list_runs("pipeline", limit + 1, before);
-  const bool more = (int)runs.size() > limit;
-  if (more) runs.pop_back();
+  bool more = false;
+  const std::vector<RunRecord> runs = store_.page("pipeline", limit, after_id, more);
   json data = json::array();
   for (const RunRecord& r : runs) data.push_back(run_summary(r));
   return json{{"object", "list"},

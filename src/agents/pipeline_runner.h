@@ -46,6 +46,7 @@ using ModelResolver = std::function<AgentModel(const std::string& alias)>;
 struct RunnerOptions {
   int max_runs = 1;            // runs executing at once; the rest wait queued, in order
   bool log_to_stderr = true;   // one line per agent event on stderr (always stored with the run)
+  bool kv_hints = true;        // workflow-aware KV retention hints (false: the engine's plain LRU)
 };
 
 struct RunnerStats {

@@ -225,8 +225,10 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
         outputs_[a.name] = r.output;
         // Workflow-aware retention: the next stage's prompts start with this context; keep its blocks ahead of
         // other cached blocks until the run ends.
-        m.engine->hint_prefix(used_prompt, 1);
-        hinted_.emplace_back(m.engine, std::move(used_prompt));
+        if (runner_.options_.kv_hints) {
+          m.engine->hint_prefix(used_prompt, 1);
+          hinted_.emplace_back(m.engine, std::move(used_prompt));
+        }
       }
       ++runner_.steps_done_;
       record(&st,

@@ -243,6 +243,16 @@ std::vector<RunRecord> RunStore::list_runs(const std::string& kind, int limit, i
   return out;
 }
 
+std::vector<RunRecord> RunStore::page(const std::string& kind, int limit, const std::string& after_id, bool& more) {
+  int64_t before = 0;
+  if (!after_id.empty())
+    if (const std::optional<RunRecord> r = get_run(after_id)) before = r->seq;
+  std::vector<RunRecord> runs = list_runs(kind, limit + 1, before);
+  more = (int)runs.size() > limit;
+  if (more) runs.pop_back();
+  return runs;
+}
+
 std::vector<RunRecord> RunStore::runs_with_status(const std::string& kind, const std::string& status) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, (std::string("SELECT ") + kRunColumns + " FROM runs WHERE kind = ?1 AND status = ?2 ORDER BY seq").c_str());

@@ -75,6 +75,8 @@ class RunStore {
   std::optional<RunRecord> get_run(const std::string& id);
   // Newest first; `before_seq` > 0 pages (runs with smaller seq).
   std::vector<RunRecord> list_runs(const std::string& kind, int limit, int64_t before_seq = 0);
+  // A page of list_runs after the run `after_id` ("" : from the newest); `more`: older runs remain.
+  std::vector<RunRecord> page(const std::string& kind, int limit, const std::string& after_id, bool& more);
   // Oldest first.
   std::vector<RunRecord> runs_with_status(const std::string& kind, const std::string& status);
   std::map<std::string, int64_t> count_runs(const std::string& kind);

@@ -85,15 +85,7 @@ void add_batch_routes(ServerContext& ctx) {
                         metadata));
   }));
   http.Get("/v1/batches", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-    int limit = 20;
-    if (req.has_param("limit")) {
-      try {
-        limit = std::stoi(req.get_param_value("limit"));
-      } catch (const std::exception&) {
-        limit = -1;
-      }
-      if (limit < 1 || limit > 100) throw bad_param("limit", "limit must be an integer between 1 and 100");
-    }
+    const int limit = limit_param(req, 20, 100);
     reply(res, batches_of(c).list(limit, req.has_param("after") ? req.get_param_value("after") : ""));
   }));
   http.Get(R"(/v1/batches/([A-Za-z0-9_]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {

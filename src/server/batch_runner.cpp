@@ -154,12 +154,8 @@ std::optional<json> BatchRunner::get(const std::string& id) {
 }
 
 json BatchRunner::list(int limit, const std::string& after) {
-  int64_t before = 0;
-  if (!after.empty())
-    if (const std::optional<RunRecord> r = store_.get_run(after)) before = r->seq;
-  std::vector<RunRecord> runs = store_.list_runs("batch", limit + 1, before);
-  const bool more = (int)runs.size() > limit;
-  if (more) runs.pop_back();
+  bool more = false;
+  const std::vector<RunRecord> runs = store_.page("batch", limit, after, more);
   json data = json::array();
   for (const RunRecord& r : runs) data.push_back(batch_json(r));
   return json{{"object", "list"},

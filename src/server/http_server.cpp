@@ -166,6 +166,17 @@ json parse_json_body(const httplib::Request& req) {
   return body;
 }
 
+int limit_param(const httplib::Request& req, int def, int max) {
+  if (!req.has_param("limit")) return def;
+  int limit = -1;
+  try {
+    limit = std::stoi(req.get_param_value("limit"));
+  } catch (const std::exception&) {
+  }
+  if (limit < 1 || limit > max) throw bad_param("limit", "limit must be an integer between 1 and " + std::to_string(max));
+  return limit;
+}
+
 ServedModel& resolve_model(ServerContext& ctx, const std::string& model) {
   if (model.empty()) return *ctx.models.front();
   for (auto& m : ctx.models)

@@ -130,15 +130,7 @@ void add_pipeline_routes(ServerContext& ctx) {
   httplib::Server& http = ctx.http;
   http.Post("/v1/pipelines", guarded(ctx, create_run));
   http.Get("/v1/pipelines", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
-    int limit = 20;
-    if (req.has_param("limit")) {
-      try {
-        limit = std::stoi(req.get_param_value("limit"));
-      } catch (const std::exception&) {
-        limit = -1;
-      }
-      if (limit < 1 || limit > 1000) throw bad_param("limit", "limit must be an integer between 1 and 1000");
-    }
+    const int limit = limit_param(req, 20, 1000);
     reply(res, runner_of(c).list_json(limit, req.has_param("after") ? req.get_param_value("after") : ""));
   }));
   http.Get(R"(/v1/pipelines/([A-Za-z0-9_]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {

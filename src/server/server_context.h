@@ -51,6 +51,9 @@ using Handler = std::function<void(ServerContext&, const httplib::Request&, http
 // Wraps a route: whatever the handler throws becomes an OpenAI error response.
 httplib::Server::Handler guarded(ServerContext& ctx, Handler h);
 
+// ?limit= of a list route: `def` when absent; 400 unless an integer in [1, max].
+int limit_param(const httplib::Request& req, int def, int max);
+
 // The request body as a JSON object; 400 with the parser's message otherwise.
 nlohmann::json parse_json_body(const httplib::Request& req);
 // The model a request names ("": the default); 404 when no served model answers to it.

@@ -24,7 +24,8 @@ namespace {
 struct ServeOptions {
   std::vector<std::string> models;
   std::string host = "127.0.0.1", api_key, api_key_file, data_dir;
-  bool no_prefix_cache = false;
+  bool no_prefix_cache = false, no_kv_hints = false;
+  std::string kv_pool;
   int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64, max_runs = 1;
   size_t max_body = 8u << 20;
   ModelFlags model_flags;  // --mem-budget and friends, as run/bench
@@ -90,6 +91,7 @@ void serve(const ServeOptions& o) {
     eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
     eo.max_waiting = o.max_waiting;
     eo.prefix_cache = !o.no_prefix_cache;
+    if (!o.kv_pool.empty()) eo.kv_bytes = parse_size(o.kv_pool);
     l.engine = make_engine(*l.model, eo);
     const EngineStats st = l.engine->stats();
     std::fprintf(stderr,
@@ -120,6 +122,7 @@ void serve(const ServeOptions& o) {
   spec_models.model_aliases = api.model_names();
   agents::RunnerOptions ro;
   ro.max_runs = o.max_runs;
+  ro.kv_hints = !o.no_kv_hints;
   agents::PipelineRunner runner(store, spec_models, [&api](const std::string& name) {
     const auto [engine, tmpl] = api.find_model(name);
     return agents::AgentModel{engine, tmpl};
@@ -172,6 +175,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body", o->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
                "Never reuse KV blocks of earlier requests (for measuring what the prefix cache saves)");
+  cmd->add_option("--kv-pool", o->kv_pool,
+                  "KV pool size per model (e.g. 256M; default: --parallel full contexts)");
+  cmd->add_flag("--no-kv-hints", o->no_kv_hints,
+                "Pipelines give the engine no KV retention hints (plain LRU eviction; for measuring what they save)");
   cmd->add_option("--data-dir", o->data_dir,
                   "Durable store of pipeline runs, specs, batches (SQLite; default $XDG_DATA_HOME/spool or "
                   "~/.local/share/spool); one server per directory");
