@@ -18,35 +18,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test_util.h"
+
 namespace {
+
+using spool::test::slurp;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 const std::string kShared = SPOOL_SHARED_DIR;
 const std::string kBin = SPOOL_BIN;
 
-struct ScratchDir {
-  std::string path;
-  ScratchDir() {
-    path = (fs::temp_directory_path() / "spool-agents-cli-test-XXXXXX").string();
-    if (!mkdtemp(path.data())) throw std::runtime_error("mkdtemp failed");
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 std::string temp_dir() {
-  static ScratchDir dir;
+  static spool::test::ScratchDir dir("spool-agents-cli-test");
   return dir.path;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::string write_file(const std::string& name, const std::string& text) {
