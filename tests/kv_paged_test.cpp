@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/kv_paged.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/scheduler.h"
 
 using namespace spool;
 
@@ -196,6 +197,76 @@ TEST(KvPagedHints, EvictUnhintedFirstThenFarthestNextUse) {
   EXPECT_EQ(kv.alloc(), blocks[1]);
   EXPECT_EQ(kv.alloc(), blocks[3]);
   EXPECT_EQ(kv.alloc(), -1);
+}
+
+
+// The scheduler's retention rules under a full pool: a block that a hint or a
+// waiting request names outlives an older unhinted one; plain LRU (kv_hints
+// off) evicts the oldest.
+std::vector<int32_t> seq_tokens(int first, int n) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = first + i;
+  return t;
+}
+
+int cached_blocks_of(Scheduler& s, const std::vector<int32_t>& tokens) {
+  return (int)s.prefix_cache()->match(tokens, (int)tokens.size() / 4).size();
+}
+
+void run_to_end(Scheduler& s, SchedRequest& r) {
+  s.add(&r);
+  for (int i = 0; i < 100 && r.n_computed < (int)r.tokens.size(); ++i) s.commit(s.plan());
+  ASSERT_EQ(r.n_computed, (int)r.tokens.size());
+  s.remove(&r);
+}
+
+struct HintCase {
+  bool kv_hints;
+  bool owner_hint;    // set_hints names A's prompt
+  bool waiting_on_a;  // a request with A's prompt waits while C is admitted
+  bool a_kept;        // expected: A's 4 blocks all still cached after C
+};
+
+TEST(SchedulerHints, HintedAndWaitingPrefixesOutliveOlderBlocks) {
+  const HintCase cases[] = {{true, true, false, true},  {false, true, false, false}, {true, false, true, true},
+                            {false, false, true, false}, {true, false, false, false}};
+  for (const HintCase& c : cases) {
+    SCOPED_TRACE(testing::Message() << "kv_hints=" << c.kv_hints << " owner_hint=" << c.owner_hint
+                                    << " waiting_on_a=" << c.waiting_on_a);
+    KvShape shape;
+    shape.n_layer = 1;
+    shape.n_head_kv = 1;
+    shape.head_dim_k = 4;
+    shape.head_dim_v = 4;
+    PagedKvCache kv(shape, 4, 12, 64, 2);
+    SchedOptions so;
+    so.max_running = 1;
+    so.max_batch_tokens = 64;
+    so.kv_hints = c.kv_hints;
+    Scheduler s(so, kv);
+    SchedRequest a, b, cr, d;
+    a.tokens = seq_tokens(1, 16);  // 4 full blocks, the oldest cached
+    b.tokens = seq_tokens(100, 16);
+    cr.tokens = seq_tokens(200, 17);  // 5 blocks: 4 free + 1 evicted
+    d.tokens = a.tokens;
+    a.id = 1, b.id = 2, cr.id = 3, d.id = 4;
+    a.arrival = 1, b.arrival = 2, cr.arrival = 3, d.arrival = 4;
+    for (SchedRequest* r : {&a, &b, &cr, &d}) r->n_prompt = (int)r->tokens.size();
+    run_to_end(s, a);
+    run_to_end(s, b);
+    ASSERT_EQ(cached_blocks_of(s, a.tokens), 4);
+    ASSERT_EQ(kv.n_free(), 4);
+    if (c.owner_hint) s.set_hints(7, {PrefixHint{a.tokens, 1}});
+    s.add(&cr);
+    if (c.waiting_on_a) s.add(&d);
+    s.commit(s.plan());  // admits C (max_running 1: D keeps waiting)
+    ASSERT_EQ(cr.slot >= 0, true);
+    EXPECT_EQ(cached_blocks_of(s, a.tokens) == 4, c.a_kept);
+    EXPECT_EQ(kv.n_cached(), 7);  // exactly one block evicted
+    s.remove(&cr);
+    s.remove(&d);
+    s.set_hints(7, {});
+  }
 }
 
 }  // namespace

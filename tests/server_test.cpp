@@ -486,5 +486,41 @@ TEST(ServerMetrics, WeightCacheFiguresOnlyWhenStreaming) {
   EXPECT_NE(out.find("spool_weight_cache_hit_ratio 0.5\n"), std::string::npos) << out;
 }
 
+
+TEST(ServerMetrics, SeveralModelsGetTotalsAndOneLabelledSeriesEach) {
+  EngineStats a, b;
+  a.kv_blocks_used = 3;
+  a.generated_tokens = 10;
+  a.ttft.add(0.02);
+  b.kv_blocks_used = 4;
+  b.generated_tokens = 5;
+  b.ttft.add(0.2);
+  b.ttft.add(0.3);
+  StoreStats w;
+  w.bytes_read = 1000;
+  w.layers.resize(1);
+  w.layers[0].hits = 1;
+  w.layers[0].misses = 3;
+  const std::string out = render_metrics({{"planner", a, nullptr}, {"small\"x", b, &w}}, {});
+  EXPECT_NE(out.find("spool_kv_blocks_used 7\nspool_kv_blocks_used{model=\"planner\"} 3\n"
+                     "spool_kv_blocks_used{model=\"small\\\"x\"} 4\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("spool_generated_tokens_total 15\n"), std::string::npos) << out;
+  // Weight series only for the streaming model; the ratio is of the sums.
+  EXPECT_NE(out.find("spool_weight_bytes_read_total 1000\nspool_weight_bytes_read_total{model=\"small\\\"x\"} 1000\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("spool_weight_bytes_read_total{model=\"planner\"}"), std::string::npos) << out;
+  EXPECT_NE(out.find("spool_weight_cache_hit_ratio 0.25\n"), std::string::npos) << out;
+  // Histograms: merged total, then per model.
+  EXPECT_NE(out.find("spool_time_to_first_token_seconds_count 3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("spool_time_to_first_token_seconds_count{model=\"planner\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("spool_time_to_first_token_seconds_bucket{model=\"planner\",le=\"0.025\"} 1\n"), std::string::npos)
+      << out;
+  // One model: no labelled series.
+  EXPECT_EQ(render_metrics(a, {}).find("{model="), std::string::npos);
+}
+
 }  // namespace
 }  // namespace spool::server

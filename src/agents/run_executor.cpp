@@ -67,12 +67,22 @@ struct RunExecutor::StepResult {
 
 RunExecutor::RunExecutor(PipelineRunner& runner, std::shared_ptr<PipelineRunner::Run> run)
     : runner_(runner), run_(std::move(run)) {
+  static std::atomic<uint64_t> next_owner{1};
+  hint_owner_ = next_owner++;
   for (StepRecord& s : runner_.store_.steps(run_->id))
     if (s.status == "done") done_.emplace(std::make_pair(s.agent, s.round), std::move(s));
+  for (const Stage& s : run_->spec.stages) {
+    if (s.kind != Stage::Kind::Rounds) {
+      plan_.push_back({&s, 1});
+      continue;
+    }
+    for (int round = 1; round <= s.max_rounds; ++round)
+      for (const Stage& b : s.body) plan_.push_back({&b, round});
+  }
 }
 
 RunExecutor::~RunExecutor() {
-  for (auto& [engine, tokens] : hinted_) engine->hint_prefix(std::move(tokens), 0);
+  for (Engine* e : hinted_) e->set_hints(hint_owner_, {});
 }
 
 void RunExecutor::check_stop() const {
@@ -133,6 +143,8 @@ void RunExecutor::execute() {
 
 void RunExecutor::run_stage(const Stage& s, int round) {
   check_stop();
+  while (pos_ < plan_.size() && !(plan_[pos_].stage == &s && plan_[pos_].round == round)) ++pos_;
+  if (runner_.options_.kv_hints) update_hints(pos_);
   const int ord0 = next_ord_;
   next_ord_ += (int)s.agents.size();
   std::vector<std::string> outs(s.agents.size());
@@ -223,12 +235,6 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         outputs_[a.name] = r.output;
-        // Workflow-aware retention: the next stage's prompts start with this context; keep its blocks ahead of
-        // other cached blocks until the run ends.
-        if (runner_.options_.kv_hints) {
-          m.engine->hint_prefix(used_prompt, 1);
-          hinted_.emplace_back(m.engine, std::move(used_prompt));
-        }
       }
       ++runner_.steps_done_;
       record(&st,
@@ -258,6 +264,66 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
     throw RunFailed{"agent '" + a.name + "' (round " + std::to_string(round) + ") failed after " +
                     std::to_string(attempt_no) + " attempt" + (attempt_no > 1 ? "s" : "") + ": " + r.error};
   }
+}
+
+// How far ahead a run hints (stages); farther stages would only compete with
+// nearer uses.
+constexpr size_t kHintLookahead = 4;
+
+void RunExecutor::update_hints(size_t pos) {
+  std::map<Engine*, std::vector<PrefixHint>> by_engine;
+  for (Engine* e : hinted_) by_engine[e];  // engines hinted before get their new (maybe empty) set
+  for (size_t k = pos + 1; k < plan_.size() && k <= pos + kHintLookahead; ++k) {
+    for (const std::string& name : plan_[k].stage->agents) {
+      const AgentSpec* a = run_->spec.agent(name);
+      const AgentModel m = runner_.resolve_(a->model);
+      if (!m.engine) continue;
+      const std::string text = known_prefix(*a, pos, k);
+      if (text.empty() && a->system.empty()) continue;
+      by_engine[m.engine].push_back({tokenize(*a, m, text), (int)(k - pos)});
+    }
+  }
+  for (auto& [engine, hints] : by_engine) {
+    if (!hints.empty()) hinted_.insert(engine);
+    engine->set_hints(hint_owner_, std::move(hints));
+  }
+}
+
+// The start of the prompt that stage `item`'s agent `a` will get, as far as
+// it is known while stage `pos` runs: the template rendered up to the first
+// output that is not final yet ({previous}, or an agent that has not run or
+// runs again before `item`).
+std::string RunExecutor::known_prefix(const AgentSpec& a, size_t pos, size_t item) const {
+  const PipelineSpec& spec = run_->spec;
+  const std::string task = spec.task.empty() ? run_->input : spec.task;
+  if (template_placeholders(a.prompt).empty()) return (a.prompt.empty() ? "" : a.prompt + "\n\n") + "Task: " + task;
+  std::set<std::string> pending;
+  for (size_t k = pos; k < item; ++k)
+    for (const std::string& n : plan_[k].stage->agents) pending.insert(n);
+  TemplateVars v;
+  v.task = task;
+  v.input = run_->input.empty() ? task : run_->input;
+  v.round = plan_[item].round;
+  std::map<std::string, std::string> outputs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outputs = outputs_;
+  }
+  std::vector<Placeholder> history;  // the placeholders behind the history pieces, in order
+  for (const Placeholder& p : template_placeholders(a.prompt))
+    if (p.kind == Placeholder::Kind::Previous || p.kind == Placeholder::Kind::AgentOutput) history.push_back(p);
+  std::string text;
+  size_t h = 0;
+  for (const PromptPiece& piece : render_template(a.prompt, v)) {
+    if (piece.history) {
+      const Placeholder& p = history[h++];
+      if (p.kind != Placeholder::Kind::AgentOutput || pending.count(p.agent) || !outputs.count(p.agent)) break;
+      text += outputs[p.agent];
+      continue;
+    }
+    text += piece.text;
+  }
+  return text;
 }
 
 std::vector<int32_t> RunExecutor::tokenize(const AgentSpec& a, const AgentModel& m, const std::string& user) {

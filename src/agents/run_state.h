@@ -56,6 +56,11 @@ class RunExecutor {
  private:
   struct StepResult;
   void run_stage(const Stage& s, int round);
+  // Workflow-aware KV retention: tells each engine which prompt prefixes the
+  // next stages will read (as far as they are known now) and in how many
+  // stages; called as each stage starts.
+  void update_hints(size_t pos);
+  std::string known_prefix(const AgentSpec& a, size_t pos, size_t item) const;
   std::string run_agent(const AgentSpec& a, int round, int ord);
   StepResult attempt(const AgentSpec& a, int round, const std::vector<int32_t>& prompt, int attempt_no);
   std::vector<int32_t> build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens);
@@ -75,10 +80,17 @@ class RunExecutor {
   std::map<std::string, std::string> outputs_;              // latest output per agent
   std::string previous_;
   int next_ord_ = 0;
-  // Prompts of finished steps whose cached KV blocks the engine keeps ahead of
-  // plain LRU while the run goes on (later stages start with the same context).
-  std::vector<std::pair<Engine*, std::vector<int32_t>>> hinted_;
-  std::mutex mu_;  // parallel agents write outputs_ and the store from several threads
+  // The stages in the order they would run (rounds unrolled to max_rounds),
+  // for looking ahead; pos_ is the current one.
+  struct PlanItem {
+    const Stage* stage;
+    int round;
+  };
+  std::vector<PlanItem> plan_;
+  size_t pos_ = 0;
+  uint64_t hint_owner_;
+  std::set<Engine*> hinted_;  // engines holding this run's hints (cleared when it ends)
+  mutable std::mutex mu_;  // parallel agents write outputs_ and the store from several threads
 };
 
 }  // namespace spool::agents

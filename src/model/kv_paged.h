@@ -10,6 +10,7 @@
 // copies it first (copy-on-write). MLA shapes (head_dim_v 0) store K only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -71,6 +72,7 @@ class PagedKvCache final : public KvCache {
   // is left, the one whose next use is farthest first (ties: oldest), instead
   // of plain LRU. 0 clears the hint; the last hint set on a block wins.
   void set_hint(int block, int steps_until_use);
+  void clear_hints() { std::fill(hint_.begin(), hint_.end(), 0); }
   int hint(int block) const { return hint_[block]; }
 
   // Low-level pool operations (tests, prefix cache).

@@ -91,6 +91,7 @@ class EngineImpl final : public Engine {
     so.max_running = opt_.max_running;
     so.max_batch_tokens = opt_.max_batch_tokens;
     so.prefix_cache = opt_.prefix_cache;
+    so.kv_hints = opt_.kv_hints;
     sched_ = std::make_unique<Scheduler>(so, *kv_);
     stats_.kv_blocks_total = kv_->n_blocks();
     stats_.kv_bytes = kv_->bytes_allocated();
@@ -133,9 +134,9 @@ class EngineImpl final : public Engine {
     cv_.notify_all();
   }
 
-  void hint_prefix(std::vector<int32_t> tokens, int steps_until_use) override {
+  void set_hints(uint64_t owner, std::vector<PrefixHint> hints) override {
     std::lock_guard<std::mutex> lock(mu_);
-    hints_.emplace_back(std::move(tokens), std::max(0, steps_until_use));
+    hints_.emplace_back(owner, std::move(hints));
     // Applied at the next intake (no wake-up needed: an idle engine has nothing to evict).
   }
 
@@ -168,7 +169,7 @@ class EngineImpl final : public Engine {
   bool intake() {
     std::vector<std::unique_ptr<Request>> fresh;
     std::unordered_set<RequestId> cancels;
-    std::vector<std::pair<std::vector<int32_t>, int>> hints;
+    std::vector<std::pair<uint64_t, std::vector<PrefixHint>>> hints;
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [&] { return stop_ || !incoming_.empty() || !cancels_.empty(); };
@@ -183,7 +184,7 @@ class EngineImpl final : public Engine {
       cancels.swap(cancels_);
       hints.swap(hints_);
     }
-    for (auto& [tokens, steps] : hints) sched_->hint_prefix(tokens, steps);
+    for (auto& [owner, h] : hints) sched_->set_hints(owner, std::move(h));
     for (auto& r : fresh) {
       sched_->add(r.get());
       const RequestId id = r->id;
@@ -297,6 +298,10 @@ class EngineImpl final : public Engine {
           if (it != requests_.end()) finish(*it->second, FinishReason::Error, RequestEvent{}, error);
         }
       } else {
+        {
+          std::lock_guard<std::mutex> lock(stats_mu_);
+          stats_.computed_tokens += (uint64_t)batch_.size();
+        }
         sched_->commit(plan);
         const Clock::time_point now = Clock::now();
         int row = 0;
@@ -355,7 +360,7 @@ class EngineImpl final : public Engine {
   RequestId next_id_ = 0;
   std::deque<std::unique_ptr<Request>> incoming_;
   std::unordered_set<RequestId> cancels_;
-  std::vector<std::pair<std::vector<int32_t>, int>> hints_;  // workflow hints waiting for the scheduler thread
+  std::vector<std::pair<uint64_t, std::vector<PrefixHint>>> hints_;  // workflow hints for the scheduler thread
   int n_waiting_ = 0;
 
   // Engine thread only.

@@ -19,6 +19,7 @@
 
 #include "model/model.h"
 #include "runtime/latency_histogram.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 
 namespace spool {
@@ -69,12 +70,14 @@ struct EngineOptions {
   int block_size = 16;          // KV positions per block
   uint64_t kv_bytes = 0;        // KV pool size; 0: enough for max_running full contexts
   bool prefix_cache = true;
+  bool kv_hints = true;  // workflow-aware KV retention (SchedOptions::kv_hints); false: plain LRU
 };
 
 struct EngineStats {
   int running = 0, waiting = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t prefix_hit_tokens = 0;     // prompt tokens not recomputed thanks to the prefix cache
+  uint64_t computed_tokens = 0;       // positions run through the model: prefill, decode, recomputation
   int kv_blocks_total = 0;
   int kv_blocks_used = 0;             // held by requests (running or preempted)
   int kv_blocks_cached = 0;           // unreferenced but kept for prefix reuse
@@ -100,14 +103,15 @@ class Engine {
   // blocks are released. Unknown or finished ids are ignored.
   virtual void cancel(RequestId id) = 0;
   virtual EngineStats stats() const = 0;
-  // Thread-safe hint from a caller that knows its workflow (the agent runtime):
-  // the cached KV blocks of this prompt prefix will be reused in about
-  // `steps_until_use` steps (0: no longer), so eviction takes other cached
-  // blocks first (farthest next use first) instead of plain LRU. Applied at the
-  // next scheduler step; blocks not cached yet are not affected.
-  virtual void hint_prefix(std::vector<int32_t> tokens, int steps_until_use) {
-    (void)tokens;
-    (void)steps_until_use;
+  // Thread-safe hints from a caller that knows its workflow (the agent
+  // runtime): the cached KV blocks of these prompt prefixes will be reused in
+  // about `steps_until_use` steps, so eviction takes other cached blocks first
+  // (farthest next use first) instead of plain LRU. Replaces `owner`'s earlier
+  // hints (empty: clears them); applied at the next scheduler step, to blocks
+  // cached then or later. Scheduler::set_hints has the rules.
+  virtual void set_hints(uint64_t owner, std::vector<PrefixHint> hints) {
+    (void)owner;
+    (void)hints;
   }
   virtual Model& model() = 0;
   virtual const EngineOptions& options() const = 0;

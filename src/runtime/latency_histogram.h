@@ -23,6 +23,17 @@ class LatencyHistogram {
     ++count_;
   }
 
+  // Adds another histogram's samples (same bounds: the engine's are fixed).
+  void merge(const LatencyHistogram& o) {
+    if (counts_.empty()) {
+      *this = o;
+      return;
+    }
+    for (size_t b = 0; b < counts_.size() && b < o.counts_.size(); ++b) counts_[b] += o.counts_[b];
+    sum_ += o.sum_;
+    count_ += o.count_;
+  }
+
   const std::vector<double>& bounds() const { return bounds_; }
   // Samples <= bounds()[i] (cumulative, as Prometheus buckets are).
   uint64_t cumulative(size_t i) const {

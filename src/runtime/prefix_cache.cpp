@@ -55,12 +55,6 @@ std::vector<int> PrefixCache::match(const std::vector<int32_t>& tokens, int max_
   return blocks;
 }
 
-int PrefixCache::set_hint(const std::vector<int32_t>& tokens, int steps_until_use) {
-  const std::vector<int> blocks = match(tokens, (int)(tokens.size() / kv_.block_size()));
-  for (int b : blocks) kv_.set_hint(b, steps_until_use);
-  return (int)blocks.size();
-}
-
 uint64_t PrefixCache::insert(uint64_t parent, const int32_t* block_tokens, int block) {
   const int bs = kv_.block_size();
   const uint64_t key = block_key(parent, block_tokens, bs);

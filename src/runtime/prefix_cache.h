@@ -14,6 +14,13 @@
 
 namespace spool {
 
+// A prompt prefix a caller expects to submit again in about steps_until_use
+// steps (1 = next). Only its cached full blocks are affected.
+struct PrefixHint {
+  std::vector<int32_t> tokens;
+  int steps_until_use = 1;
+};
+
 class PrefixCache {
  public:
   explicit PrefixCache(PagedKvCache& kv);
@@ -33,8 +40,6 @@ class PrefixCache {
   // (whether or not it was new: an existing entry for the prefix is kept).
   uint64_t insert(uint64_t parent, const int32_t* block_tokens, int block);
   int size() const { return (int)by_key_.size(); }
-  // Sets the workflow hint (PagedKvCache::set_hint) on the cached leading blocks of tokens; returns how many.
-  int set_hint(const std::vector<int32_t>& tokens, int steps_until_use);
 
  private:
   struct Entry { int block; uint64_t parent; std::vector<int32_t> tokens; };

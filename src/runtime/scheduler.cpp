@@ -29,7 +29,33 @@ bool Scheduler::can_ever_fit(const SchedRequest* r) const {
   return blocks_for((int)r->tokens.size() + 1) <= kv_.n_blocks();
 }
 
-void Scheduler::add(SchedRequest* r) { waiting_.push_back(r); }
+void Scheduler::add(SchedRequest* r) {
+  waiting_.push_back(r);
+  hints_dirty_ = true;
+}
+
+void Scheduler::set_hints(uint64_t owner, std::vector<PrefixHint> hints) {
+  if (hints.empty()) hint_sets_.erase(owner);
+  else hint_sets_[owner] = std::move(hints);
+  hints_dirty_ = true;
+}
+
+void Scheduler::refresh_hints() {
+  if (!prefix_ || !opt_.kv_hints || !hints_dirty_) return;
+  hints_dirty_ = false;
+  kv_.clear_hints();
+  const int bs = kv_.block_size();
+  auto apply = [&](const std::vector<int32_t>& tokens, int steps) {
+    if (steps <= 0) return;
+    for (int b : prefix_->match(tokens, (int)(tokens.size() / bs))) {
+      const int h = kv_.hint(b);
+      if (h == 0 || steps < h) kv_.set_hint(b, steps);
+    }
+  };
+  for (const SchedRequest* r : waiting_) apply(r->tokens, 1);  // admitted soon: the nearest use
+  for (const auto& [owner, hints] : hint_sets_)
+    for (const PrefixHint& h : hints) apply(h.tokens, h.steps_until_use);
+}
 
 void Scheduler::release(SchedRequest* r) {
   if (r->slot >= 0) {
@@ -42,6 +68,7 @@ void Scheduler::release(SchedRequest* r) {
 
 void Scheduler::remove(SchedRequest* r) {
   release(r);
+  hints_dirty_ = true;
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
 }
 
@@ -70,6 +97,7 @@ void Scheduler::preempt(SchedRequest* r, std::vector<StepChunk>& plan, int& budg
   r->n_computed = 0;
   r->n_indexed = 0;
   r->last_key = PrefixCache::kRoot;
+  hints_dirty_ = true;
   waiting_.push_back(r);  // its arrival puts it ahead of everyone who came later
   ++preemptions_;
 }
@@ -182,6 +210,7 @@ void Scheduler::admit_waiting(std::vector<StepChunk>& plan, int& budget) {
 std::vector<StepChunk> Scheduler::plan() {
   std::vector<StepChunk> plan;
   int budget = opt_.max_batch_tokens;
+  refresh_hints();
   schedule_decodes(plan, budget);
   schedule_prefills(plan, budget);
   admit_waiting(plan, budget);
@@ -199,6 +228,7 @@ void Scheduler::commit(const std::vector<StepChunk>& chunks) {
     while ((r->n_indexed + 1) * bs <= r->n_computed) {
       r->last_key = prefix_->insert(r->last_key, r->tokens.data() + (size_t)r->n_indexed * bs, table[r->n_indexed]);
       ++r->n_indexed;
+      hints_dirty_ = true;  // a new cached block may be one a hint names
     }
   }
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -43,7 +44,12 @@ struct SchedOptions {
   int max_running = 8;
   int max_batch_tokens = 512;
   bool prefix_cache = true;
+  // Workflow-aware retention: cached blocks that a waiting request or a
+  // caller's hint (set_hints) will reuse are evicted after the others,
+  // farthest next use first. false: plain LRU over cached blocks.
+  bool kv_hints = true;
 };
+
 
 // One request's rows in a step: tokens [begin, begin + n) of its sequence.
 struct StepChunk {
@@ -58,10 +64,11 @@ class Scheduler {
 
   void add(SchedRequest* r);      // joins the waiting queue
   void remove(SchedRequest* r);   // finished or cancelled: leaves the queues, releases its blocks
-  // Workflow hint on the cached blocks of this prefix (PagedKvCache::set_hint); no-op without the prefix cache.
-  void hint_prefix(const std::vector<int32_t>& tokens, int steps_until_use) {
-    if (prefix_) prefix_->set_hint(tokens, steps_until_use);
-  }
+  // Replaces the retention hints of one owner (an agent run); empty clears
+  // them. Block hints are recomputed before the next plan(): each cached block
+  // gets the nearest next use among every owner's hints and the waiting
+  // requests' prompts (1). No-op without the prefix cache or with kv_hints off.
+  void set_hints(uint64_t owner, std::vector<PrefixHint> hints);
   // Plans the next step and makes its KV positions writable.
   std::vector<StepChunk> plan();
   // After the forward pass: advances n_computed and indexes newly full blocks.
@@ -87,6 +94,7 @@ class Scheduler {
   bool admit(SchedRequest* r);  // takes a slot and shares its cached prefix; false if it must wait
   // Makes [begin, end) writable for r, preempting others (or r) if needed; false if r lost its place.
   bool make_room(SchedRequest* r, int begin, int end, std::vector<StepChunk>& plan, int& budget);
+  void refresh_hints();  // recomputes the KV blocks' hints when something they depend on changed
   void preempt(SchedRequest* r, std::vector<StepChunk>& plan, int& budget);
   void fail(SchedRequest* r, const std::string& why);
   void release(SchedRequest* r);
@@ -98,6 +106,8 @@ class Scheduler {
   std::vector<SchedRequest*> running_, waiting_, failed_;
   std::vector<int> free_slots_;
   uint64_t preemptions_ = 0, prefix_hit_tokens_ = 0;
+  std::map<uint64_t, std::vector<PrefixHint>> hint_sets_;  // by owner
+  bool hints_dirty_ = false;
 };
 
 }  // namespace spool

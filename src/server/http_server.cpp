@@ -105,10 +105,15 @@ void add_routes(ServerContext& ctx) {
     reply_json(res, {{"status", "ok"}});
   }));
   http.Get("/metrics", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
-    const WeightStore& store = c.engine.model().weights();
-    const StoreStats weights = store.streaming() ? store.stats_snapshot() : StoreStats{};
-    res.set_content(render_metrics(c.engine.stats(), c.counters.snapshot(), store.streaming() ? &weights : nullptr) +
-                        pipeline_metrics(c),
+    std::vector<StoreStats> weights(c.models.size());
+    std::vector<ModelFigures> figures;
+    for (size_t i = 0; i < c.models.size(); ++i) {
+      const ServedModel& m = *c.models[i];
+      const WeightStore& store = m.engine->model().weights();
+      if (store.streaming()) weights[i] = store.stats_snapshot();
+      figures.push_back({m.id, m.engine->stats(), store.streaming() ? &weights[i] : nullptr});
+    }
+    res.set_content(render_metrics(figures, c.counters.snapshot()) + pipeline_metrics(c),
                     "text/plain; version=0.0.4");
   }));
   http.Get("/v1/models", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {

@@ -14,11 +14,6 @@ std::string number(double v) {
   return buf;
 }
 
-void append_metric(std::string& out, const char* name, const char* type, const char* help, double value) {
-  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
-         number(value) + "\n";
-}
-
 }  // namespace
 
 void HttpCounters::count(int status) {
@@ -31,68 +26,166 @@ std::map<int, uint64_t> HttpCounters::snapshot() const {
   return by_status_;
 }
 
-void append_histogram(std::string& out, const std::string& name, const std::string& help, const LatencyHistogram& h) {
-  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+void append_histogram(std::string& out, const std::string& name, const std::string& help, const LatencyHistogram& h,
+                      const std::string& labels, bool header) {
+  if (header) out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  const std::string pre = labels.empty() ? "" : labels + ",";
+  const std::string only = labels.empty() ? "" : "{" + labels + "}";
   for (size_t i = 0; i < h.bounds().size(); ++i)
-    out += name + "_bucket{le=\"" + number(h.bounds()[i]) + "\"} " + std::to_string(h.cumulative(i)) + "\n";
-  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(h.count()) + "\n";
-  out += name + "_sum " + number(h.sum()) + "\n";
-  out += name + "_count " + std::to_string(h.count()) + "\n";
+    out += name + "_bucket{" + pre + "le=\"" + number(h.bounds()[i]) + "\"} " + std::to_string(h.cumulative(i)) + "\n";
+  out += name + "_bucket{" + pre + "le=\"+Inf\"} " + std::to_string(h.count()) + "\n";
+  out += name + "_sum" + only + " " + number(h.sum()) + "\n";
+  out += name + "_count" + only + " " + std::to_string(h.count()) + "\n";
+}
+
+namespace {
+
+std::string model_label(const std::string& id) {
+  std::string v;
+  for (char c : id) {
+    if (c == '\\' || c == '"') v += '\\';
+    if (c == '\n') {
+      v += "\\n";
+      continue;
+    }
+    v += c;
+  }
+  return "model=\"" + v + "\"";
+}
+
+// One family: the total, then per model when there are several. `ratio`
+// families total as sum(num) / sum(den) instead of a sum.
+class Families {
+ public:
+  Families(std::string& out, const std::vector<ModelFigures>& models) : out_(out), models_(models) {}
+
+  template <typename Value>
+  void add(const char* name, const char* type, const char* help, Value value, bool streaming_only = false) {
+    std::vector<std::pair<const ModelFigures*, double>> rows;
+    double total = 0;
+    for (const ModelFigures& m : models_) {
+      if (streaming_only && !m.weights) continue;
+      const double v = value(m);
+      rows.emplace_back(&m, v);
+      total += v;
+    }
+    if (rows.empty()) return;
+    emit(name, type, help, total, rows);
+  }
+
+  // num / den per model; the total is sum(num) / sum(den).
+  template <typename Num, typename Den>
+  void ratio(const char* name, const char* help, Num num, Den den) {
+    std::vector<std::pair<const ModelFigures*, double>> rows;
+    double n = 0, d = 0;
+    for (const ModelFigures& m : models_) {
+      if (!m.weights) continue;
+      const double a = num(m), b = den(m);
+      rows.emplace_back(&m, b > 0 ? a / b : 0.0);
+      n += a;
+      d += b;
+    }
+    if (rows.empty()) return;
+    emit(name, "gauge", help, d > 0 ? n / d : 0.0, rows);
+  }
+
+ private:
+  void emit(const char* name, const char* type, const char* help, double total,
+            const std::vector<std::pair<const ModelFigures*, double>>& rows) {
+    out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+            number(total) + "\n";
+    if (models_.size() > 1)
+      for (const auto& [m, v] : rows) out_ += std::string(name) + "{" + model_label(m->id) + "} " + number(v) + "\n";
+  }
+
+  std::string& out_;
+  const std::vector<ModelFigures>& models_;
+};
+
+uint64_t weight_lookups(const StoreStats& w) {
+  uint64_t n = 0;
+  for (const LayerCacheStats& l : w.layers) n += l.lookups();
+  return n;
+}
+
+uint64_t weight_hits(const StoreStats& w) {
+  uint64_t n = 0;
+  for (const LayerCacheStats& l : w.layers) n += l.hits + l.prefetched;
+  return n;
 }
 
 // Streaming weight store: what was read from storage and how often a needed
 // unit was already in memory (cached from earlier use, or read ahead in time).
-void append_weight_metrics(std::string& out, const StoreStats& w) {
-  uint64_t lookups = 0, hits = 0;
-  for (const LayerCacheStats& l : w.layers) {
-    lookups += l.lookups();
-    hits += l.hits + l.prefetched;
-  }
-  append_metric(out, "spool_weight_bytes_read_total", "counter", "Bytes the weight store read from storage.",
-                (double)w.bytes_read);
-  append_metric(out, "spool_weight_read_requests_total", "counter", "Storage reads issued by the weight store.",
-                (double)w.requests);
-  append_metric(out, "spool_weight_cache_lookups_total", "counter", "Streamed weight units needed by compute.",
-                (double)lookups);
-  append_metric(out, "spool_weight_cache_hits_total", "counter",
-                "Streamed weight units already in memory when needed (cached or read ahead).", (double)hits);
-  append_metric(out, "spool_weight_cache_hit_ratio", "gauge", "spool_weight_cache_hits_total / lookups.",
-                lookups ? (double)hits / (double)lookups : 0.0);
-  append_metric(out, "spool_weight_io_wait_seconds_total", "counter", "Time compute waited for weight reads.",
-                w.io_wait_ns / 1e9);
-  append_metric(out, "spool_weight_cache_evictions_total", "counter", "Weight cache evictions.", (double)w.evictions);
+void append_weight_metrics(Families& f) {
+  f.add("spool_weight_bytes_read_total", "counter", "Bytes the weight store read from storage.",
+        [](const ModelFigures& m) { return (double)m.weights->bytes_read; }, true);
+  f.add("spool_weight_read_requests_total", "counter", "Storage reads issued by the weight store.",
+        [](const ModelFigures& m) { return (double)m.weights->requests; }, true);
+  f.add("spool_weight_cache_lookups_total", "counter", "Streamed weight units needed by compute.",
+        [](const ModelFigures& m) { return (double)weight_lookups(*m.weights); }, true);
+  f.add("spool_weight_cache_hits_total", "counter",
+        "Streamed weight units already in memory when needed (cached or read ahead).",
+        [](const ModelFigures& m) { return (double)weight_hits(*m.weights); }, true);
+  f.ratio("spool_weight_cache_hit_ratio", "spool_weight_cache_hits_total / lookups.",
+          [](const ModelFigures& m) { return (double)weight_hits(*m.weights); },
+          [](const ModelFigures& m) { return (double)weight_lookups(*m.weights); });
+  f.add("spool_weight_io_wait_seconds_total", "counter", "Time compute waited for weight reads.",
+        [](const ModelFigures& m) { return m.weights->io_wait_ns / 1e9; }, true);
+  f.add("spool_weight_cache_evictions_total", "counter", "Weight cache evictions.",
+        [](const ModelFigures& m) { return (double)m.weights->evictions; }, true);
 }
 
-std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& http_by_status,
-                           const StoreStats* weights) {
+void append_histograms(std::string& out, const std::vector<ModelFigures>& models, const char* name, const char* help,
+                       LatencyHistogram EngineStats::*member) {
+  LatencyHistogram total;
+  for (const ModelFigures& m : models) total.merge(m.stats.*member);
+  append_histogram(out, name, help, total);
+  if (models.size() > 1)
+    for (const ModelFigures& m : models) append_histogram(out, name, help, m.stats.*member, model_label(m.id), false);
+}
+
+}  // namespace
+
+std::string render_metrics(const std::vector<ModelFigures>& models, const std::map<int, uint64_t>& http_by_status) {
   std::string out;
-  if (weights) append_weight_metrics(out, *weights);
-  append_metric(out, "spool_requests_running", "gauge", "Requests being prefilled or decoded.", s.running);
-  append_metric(out, "spool_requests_waiting", "gauge", "Requests queued (or preempted) waiting to run.", s.waiting);
-  append_metric(out, "spool_requests_finished_total", "counter", "Requests finished (any reason).",
-                (double)s.requests_finished);
-  append_metric(out, "spool_prompt_tokens_total", "counter", "Prompt tokens of submitted requests.",
-                (double)s.prompt_tokens);
-  append_metric(out, "spool_generated_tokens_total", "counter", "Tokens generated.", (double)s.generated_tokens);
-  append_metric(out, "spool_prefix_cache_hit_tokens_total", "counter",
-                "Prompt tokens not recomputed thanks to the prefix cache.", (double)s.prefix_hit_tokens);
-  append_metric(out, "spool_kv_blocks_total", "gauge", "KV cache blocks in the pool.", s.kv_blocks_total);
-  append_metric(out, "spool_kv_blocks_used", "gauge", "KV cache blocks held by requests (running or preempted).",
-                s.kv_blocks_used);
-  append_metric(out, "spool_kv_blocks_cached", "gauge", "KV cache blocks unreferenced but kept for prefix reuse.",
-                s.kv_blocks_cached);
-  append_metric(out, "spool_kv_bytes", "gauge", "Bytes of the KV pool (reserved at start).", (double)s.kv_bytes);
-  append_metric(out, "spool_preemptions_total", "counter", "Requests preempted when KV blocks ran out.",
-                (double)s.preemptions);
+  Families f(out, models);
+  append_weight_metrics(f);
+  using M = const ModelFigures&;
+  f.add("spool_requests_running", "gauge", "Requests being prefilled or decoded.", [](M m) { return (double)m.stats.running; });
+  f.add("spool_requests_waiting", "gauge", "Requests queued (or preempted) waiting to run.",
+        [](M m) { return (double)m.stats.waiting; });
+  f.add("spool_requests_finished_total", "counter", "Requests finished (any reason).",
+        [](M m) { return (double)m.stats.requests_finished; });
+  f.add("spool_prompt_tokens_total", "counter", "Prompt tokens of submitted requests.",
+        [](M m) { return (double)m.stats.prompt_tokens; });
+  f.add("spool_generated_tokens_total", "counter", "Tokens generated.", [](M m) { return (double)m.stats.generated_tokens; });
+  f.add("spool_prefix_cache_hit_tokens_total", "counter", "Prompt tokens not recomputed thanks to the prefix cache.",
+        [](M m) { return (double)m.stats.prefix_hit_tokens; });
+  f.add("spool_computed_tokens_total", "counter",
+        "Token positions run through the model (prefill, decode, recomputation after preemption).",
+        [](M m) { return (double)m.stats.computed_tokens; });
+  f.add("spool_kv_blocks_total", "gauge", "KV cache blocks in the pool.", [](M m) { return (double)m.stats.kv_blocks_total; });
+  f.add("spool_kv_blocks_used", "gauge", "KV cache blocks held by requests (running or preempted).",
+        [](M m) { return (double)m.stats.kv_blocks_used; });
+  f.add("spool_kv_blocks_cached", "gauge", "KV cache blocks unreferenced but kept for prefix reuse.",
+        [](M m) { return (double)m.stats.kv_blocks_cached; });
+  f.add("spool_kv_bytes", "gauge", "Bytes of the KV pool (reserved at start).", [](M m) { return (double)m.stats.kv_bytes; });
+  f.add("spool_preemptions_total", "counter", "Requests preempted when KV blocks ran out.",
+        [](M m) { return (double)m.stats.preemptions; });
   out += "# HELP spool_http_responses_total HTTP responses by status code.\n"
          "# TYPE spool_http_responses_total counter\n";
   for (const auto& [status, n] : http_by_status)
     out += "spool_http_responses_total{code=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
-  append_histogram(out, "spool_time_to_first_token_seconds", "Time from submission to the first generated token.",
-                   s.ttft);
-  append_histogram(out, "spool_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.",
-                   s.inter_token);
+  append_histograms(out, models, "spool_time_to_first_token_seconds", "Time from submission to the first generated token.",
+                    &EngineStats::ttft);
+  append_histograms(out, models, "spool_inter_token_latency_seconds",
+                    "Time between consecutive generated tokens of a request.", &EngineStats::inter_token);
   return out;
+}
+
+std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& http_by_status,
+                           const StoreStats* weights) {
+  return render_metrics(std::vector<ModelFigures>{ModelFigures{"default", s, weights}}, http_by_status);
 }
 
 }  // namespace spool::server

@@ -27,9 +27,22 @@ class HttpCounters {
 };
 
 // Appends a histogram (cumulative _bucket{le=...} lines, _sum, _count).
-void append_histogram(std::string& out, const std::string& name, const std::string& help, const LatencyHistogram& h);
+// `labels`: extra labels inside the braces, e.g. `model="a"` ("" for none).
+void append_histogram(std::string& out, const std::string& name, const std::string& help, const LatencyHistogram& h,
+                      const std::string& labels = "", bool header = true);
 
-// `weights`: the model's weight-store counters when it streams (null: resident, no weight-cache metrics).
+// One served model's figures.
+struct ModelFigures {
+  std::string id;
+  EngineStats stats;
+  const StoreStats* weights = nullptr;  // weight-store counters when it streams (null: resident)
+};
+
+// Every series is the total over the models (unlabeled; histograms merged);
+// with several models each also gets one {model="ID"} series. Weight-cache
+// series appear when a model streams.
+std::string render_metrics(const std::vector<ModelFigures>& models, const std::map<int, uint64_t>& http_by_status);
+// One model.
 std::string render_metrics(const EngineStats& stats, const std::map<int, uint64_t>& http_by_status,
                            const StoreStats* weights = nullptr);
 

@@ -91,6 +91,7 @@ void serve(const ServeOptions& o) {
     eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
     eo.max_waiting = o.max_waiting;
     eo.prefix_cache = !o.no_prefix_cache;
+    eo.kv_hints = !o.no_kv_hints;
     if (!o.kv_pool.empty()) eo.kv_bytes = parse_size(o.kv_pool);
     l.engine = make_engine(*l.model, eo);
     const EngineStats st = l.engine->stats();
@@ -178,7 +179,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--kv-pool", o->kv_pool,
                   "KV pool size per model (e.g. 256M; default: --parallel full contexts)");
   cmd->add_flag("--no-kv-hints", o->no_kv_hints,
-                "Pipelines give the engine no KV retention hints (plain LRU eviction; for measuring what they save)");
+                "Plain LRU eviction of cached KV blocks: no retention for waiting requests' prefixes or pipelines' "
+                "next stages (for measuring what the hints save)");
   cmd->add_option("--data-dir", o->data_dir,
                   "Durable store of pipeline runs, specs, batches (SQLite; default $XDG_DATA_HOME/spool or "
                   "~/.local/share/spool); one server per directory");
