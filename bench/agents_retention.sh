@@ -25,6 +25,8 @@ RUN=$(mktemp -d "$DIR/retention-XXXXXX")
 
 curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && die "port $PORT is already in use; stop that server or set PORT"
 wait_up() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; die "server did not start"; }
+SERVER=
+trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null || true' EXIT
 metric() { awk -v m="$1" '$1 == m { print $2 }' "$2"; }
 
 run_mode() {  # $1 mode (hints | lru)
@@ -33,7 +35,7 @@ run_mode() {  # $1 mode (hints | lru)
   [ "$mode" = lru ] && extra=(--no-kv-hints)
   "$SPOOL" serve -m "$MODEL" --port "$PORT" -t "$THREADS" -c 4096 --parallel "$PARALLEL" --max-runs "$PIPELINES" \
     --kv-pool "$KV_POOL" --data-dir "$data" "${extra[@]}" 2>>"$RUN/spool-$mode.log" &
-  local pid=$!; wait_up
+  local pid=$!; SERVER=$pid; wait_up
   local line; line=$(node "$REPO/bench/agents_bench.mjs" "http://127.0.0.1:$PORT" "multi:$PIPELINES" "$MAX_TOKENS" "$WORDS")
   curl -sf "http://127.0.0.1:$PORT/metrics" > "$RUN/metrics-$mode.txt"
   kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true

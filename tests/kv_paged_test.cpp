@@ -168,7 +168,7 @@ TEST(PrefixCache, MatchesLongestChainOfFullBlocks) {
   EXPECT_EQ(pc.match(a, 8).size(), 2u);
   while (kv.n_cached() == 2) ASSERT_GE(kv.alloc(), 0);
   EXPECT_EQ(pc.size(), 1);
-  EXPECT_TRUE(pc.match(a, 8).empty());  // the first block (released first) went first
+  EXPECT_EQ(pc.match(a, 8).size(), 1u);  // a released sequence's tail goes first, its head stays matchable
 }
 
 namespace spool {
@@ -266,6 +266,49 @@ TEST(SchedulerHints, HintedAndWaitingPrefixesOutliveOlderBlocks) {
     s.remove(&cr);
     s.remove(&d);
     s.set_hints(7, {});
+  }
+}
+
+
+// A request that could start only by evicting blocks a waiting request will
+// reuse waits while another runs; the one that reuses them starts first.
+TEST(SchedulerHints, RequestThatWouldEvictHintedBlocksLetsTheirUserGoFirst) {
+  for (bool hints : {true, false}) {
+    SCOPED_TRACE(testing::Message() << "kv_hints=" << hints);
+    KvShape shape;
+    shape.n_layer = 1;
+    shape.n_head_kv = 1;
+    shape.head_dim_k = 4;
+    shape.head_dim_v = 4;
+    PagedKvCache kv(shape, 4, 12, 64, 3);
+    SchedOptions so;
+    so.max_running = 3;
+    so.max_batch_tokens = 64;
+    so.kv_hints = hints;
+    Scheduler s(so, kv);
+    SchedRequest a, run, big, user;
+    a.tokens = seq_tokens(1, 16);      // 4 blocks, then cached
+    run.tokens = seq_tokens(100, 15);  // 4 blocks, keeps running
+    big.tokens = seq_tokens(200, 17);  // 5 blocks: needs one of A's
+    user.tokens = seq_tokens(1, 18);   // A's 4 blocks + 1 new
+    uint64_t n = 0;
+    for (SchedRequest* r : {&a, &run, &big, &user}) r->id = r->arrival = ++n, r->n_prompt = (int)r->tokens.size();
+    run_to_end(s, a);
+    s.add(&run);
+    s.commit(s.plan());  // run holds 4 blocks (its last token still to decode); 4 free, 4 cached (A)
+    ASSERT_GE(run.slot, 0);
+    s.add(&big);
+    s.add(&user);
+    s.commit(s.plan());
+    if (hints) {
+      EXPECT_LT(big.slot, 0);  // waits: it would evict A's blocks, which `user` is about to reuse
+      EXPECT_GE(user.slot, 0);
+      EXPECT_EQ(user.cached_tokens, 16);
+    } else {
+      EXPECT_GE(big.slot, 0);  // FCFS: big goes first and evicts one of A's blocks; no room is left for user
+      EXPECT_LT(user.slot, 0);
+    }
+    for (SchedRequest* r : {&run, &big, &user}) s.remove(r);
   }
 }
 

@@ -89,6 +89,12 @@ void PagedKvCache::unref(int block) {
   }
 }
 
+int PagedKvCache::n_cached_unhinted() const {
+  int n = 0;
+  for (int b : lru_) n += hint_[b] == 0;
+  return n;
+}
+
 void PagedKvCache::set_hint(int block, int steps_until_use) {
   SPOOL_CHECK(block >= 0 && block < n_blocks_ && steps_until_use >= 0);
   hint_[block] = steps_until_use;
@@ -180,7 +186,10 @@ KvSeqView PagedKvCache::view(int layer, int seq) {
 
 void PagedKvCache::clear(int seq) {
   check_seq(seq);
-  for (int b : tables_[seq]) unref(b);
+  // Last block first: a released sequence's tail is evicted before its head,
+  // which more prompts share (and without which the rest of the chain is
+  // unreachable by prefix lookup).
+  for (auto it = tables_[seq].rbegin(); it != tables_[seq].rend(); ++it) unref(*it);
   tables_[seq].clear();
 }
 

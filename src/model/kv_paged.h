@@ -56,6 +56,7 @@ class PagedKvCache final : public KvCache {
   int n_blocks() const { return n_blocks_; }
   int n_free() const { return (int)free_.size(); }
   int n_cached() const { return (int)lru_.size(); }
+  int n_cached_unhinted() const;  // cached blocks without a workflow hint
   int n_available() const { return n_free() + n_cached(); }  // obtainable without preempting
   int n_held() const { return n_blocks_ - n_available(); }
   int refcount(int block) const { return ref_[block]; }

@@ -179,10 +179,19 @@ void Scheduler::admit_waiting(std::vector<StepChunk>& plan, int& budget) {
     }
     const int n_tok = (int)r->tokens.size();
     const int cached = std::min((int)matched.size() * bs, n_tok - 1);
-    int revived = 0;
-    for (int b : matched) revived += kv_.refcount(b) == 0;
+    int revived = 0, revived_unhinted = 0;
+    for (int b : matched) {
+      revived += kv_.refcount(b) == 0;
+      revived_unhinted += kv_.refcount(b) == 0 && kv_.hint(b) == 0;
+    }
     const int need = blocks_for(n_tok) - (int)matched.size() + (cached < (int)matched.size() * bs ? 1 : 0);
     if (need > kv_.n_available() - revived) break;  // FCFS: wait for blocks rather than let others pass
+    // Workflow-aware retention: while others run (and will free blocks), a request that could start only by
+    // evicting blocks a waiting request or a pipeline's next stage will reuse waits, and later requests that
+    // fit without doing so go first.
+    if (prefix_ && opt_.kv_hints && !running_.empty() &&
+        need > kv_.n_free() + kv_.n_cached_unhinted() - revived_unhinted)
+      continue;
 
     r->slot = free_slots_.back();
     free_slots_.pop_back();

@@ -4,7 +4,10 @@
 // Per step (plan()): a token budget (max_batch_tokens); running decodes
 // first, then the next prefill chunk of partially prefilled requests, then
 // admission of waiting requests (priority, then arrival order) while slots,
-// budget and free blocks allow, reusing cached prefix blocks. When the pool
+// budget and free blocks allow, reusing cached prefix blocks. With kv_hints, a
+// request that could start only by evicting hinted blocks (ones a waiting
+// request or a pipeline's next stage will reuse) waits while others run, and
+// later requests that fit without that go first. When the pool
 // runs out, the lowest-priority, youngest running request is preempted: its
 // blocks are released and it waits again at the front of its priority, to be
 // recomputed from its prompt plus what it has generated. A request that
