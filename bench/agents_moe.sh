@@ -9,7 +9,7 @@
 #
 # usage: bench/agents_moe.sh MODEL
 #   MODEL e.g. `spool synth --arch deepseek2 --preset kimi-k2-scaled --n-expert 384 --target-size 12G --type Q4_K -o F`
-# environment: SPOOL_BIN=build/spool DEVSIM=../shared/tools/devsim MEM=4G READ_BW=1G THREADS=2 MAX_TOKENS=16
+# environment: SPOOL_BIN=build/spool DEVSIM=../shared/tools/devsim MEM=4G MEM_BUDGET=3500M (spool's --mem-budget) READ_BW=1G THREADS=2 MAX_TOKENS=16
 #              ROUNDS=1 PORT=18420 SPOOL_BENCH_DIR=/tmp/spool-bench
 set -euo pipefail
 die() { echo "agents_moe: $*" >&2; exit 1; }
@@ -18,8 +18,10 @@ MODEL=$(realpath "$1"); [ -f "$MODEL" ] || die "no such model: $1"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SPOOL=$(realpath "${SPOOL_BIN:-$REPO/build/spool}")
 DEVSIM=${DEVSIM:-$REPO/../shared/tools/devsim}
-MEM=${MEM:-4G}; READ_BW=${READ_BW:-1G}; THREADS=${THREADS:-2}; MAX_TOKENS=${MAX_TOKENS:-16}; ROUNDS=${ROUNDS:-1}
+MEM=${MEM:-4G}; MEM_BUDGET=${MEM_BUDGET:-3500M}; READ_BW=${READ_BW:-1G}; THREADS=${THREADS:-2}; MAX_TOKENS=${MAX_TOKENS:-16}; ROUNDS=${ROUNDS:-1}
 PORT=${PORT:-18420}
+export MEM_BUDGET
+trap 'pkill -INT -f "serve -m $MODEL --mem-budget $MEM_BUDGET" 2>/dev/null || true' EXIT
 DIR=${SPOOL_BENCH_DIR:-/tmp/spool-bench}; mkdir -p "$DIR"
 RUN=$(mktemp -d "$DIR/agents-moe-XXXXXX")
 
@@ -29,11 +31,11 @@ wait_up() { for _ in $(seq 1 1200); do curl -sf "http://127.0.0.1:$PORT/health" 
 run_mode() {  # $1 batched | sequential
   local mode=$1 data; data=$(mktemp -d "$RUN/data-XXXXXX")
   "$DEVSIM" --mem "$MEM" --read-bw "$READ_BW" --path "$MODEL" --cold --report "$RUN/devsim-$mode.json" -- \
-    "$SPOOL" serve -m "$MODEL" --mem-budget "$MEM" -t "$THREADS" --parallel 4 -c 1024 --port "$PORT" \
+    "$SPOOL" serve -m "$MODEL" --mem-budget "$MEM_BUDGET" -t "$THREADS" --parallel 4 -c 1024 --port "$PORT" \
     --data-dir "$data" 2>>"$RUN/spool-$mode.log" &
   local pid=$!; wait_up
   node "$REPO/bench/agents_moe.mjs" "http://127.0.0.1:$PORT" "$mode" "$MAX_TOKENS" | tee -a "$RUN/raw.jsonl"
-  pkill -INT -f "serve -m $MODEL --mem-budget $MEM -t $THREADS --parallel 4 -c 1024 --port $PORT" || true
+  pkill -INT -f "serve -m $MODEL --mem-budget $MEM_BUDGET -t $THREADS --parallel 4 -c 1024 --port $PORT" || true
   wait "$pid" 2>/dev/null || true
 }
 
@@ -48,7 +50,7 @@ rows = [json.loads(l) for l in open(os.path.join(run, "raw.jsonl")) if l.strip()
 med = lambda m, k: statistics.median(r[k] for r in rows if r["mode"] == m)
 peaks = {m: json.load(open(os.path.join(run, f"devsim-{m}.json")))["peak_mem_bytes"] / 2**20 for m in ("batched", "sequential")}
 print(f"\nModel {sys.argv[2].split('/')[-1]} ({os.path.getsize(sys.argv[2]) / 1e9:.2f} GB), devsim --mem {sys.argv[3]} "
-      f"--read-bw {sys.argv[4]} --cold, {sys.argv[5]} threads, {sys.argv[6]} tokens per executor, "
+      f"--read-bw {sys.argv[4]} --cold (spool --mem-budget {os.environ.get('MEM_BUDGET', '3500M')}), {sys.argv[5]} threads, {sys.argv[6]} tokens per executor, "
       f"medians of {sum(r['mode'] == 'batched' for r in rows)} round(s)\n")
 print("| executors | decode tokens | decode s | aggregate tok/s | MB read / token | expert+tensor lookups / token | hit rate | devsim peak MiB |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "agents/kv_hints.h"
 #include "agents/pipeline_spec.h"
 #include "agents/prompt_template.h"
 #include "agents/run_store.h"
@@ -176,6 +177,29 @@ TEST(RunStore, KeepsRunsAcrossReopenAndRefusesASecondProcess) {
   store.set_run_status("run_1", "completed");
   EXPECT_GT(store.get_run("run_1")->finished_at, 0);
   std::filesystem::remove_all(dir);
+}
+
+
+// What a run can tell the engine about its next prompts: each template up to
+// the first output that is not final yet.
+TEST(PipelineHints, KnownPrefixStopsAtTheFirstOutputNotFinalYet) {
+  const PipelineSpec s = parse_pipeline_spec(json::parse(R"({"task": "T", "agents": [
+      {"name": "plan", "prompt": "{task}|plan"},
+      {"name": "e0", "prompt": "{task}|{agents.plan.output}|e0 r{round}"},
+      {"name": "e1", "prompt": "go"},
+      {"name": "join", "prompt": "{task}|{agents.plan.output}|{previous}|end"}],
+      "stages": ["plan", {"parallel": ["e0", "e1"]}, "join"]})"),
+                                             kCtx);
+  const std::vector<PlanItem> plan = unroll_stages(s);
+  ASSERT_EQ(plan.size(), 3u);
+  RunView before{&s, "", &plan, {}};
+  EXPECT_EQ(known_prompt_prefix(before, *s.agent("e0"), 0, 1), "T|");            // plan's output not there yet
+  EXPECT_EQ(known_prompt_prefix(before, *s.agent("e1"), 0, 1), "go\n\nTask: T");  // no placeholders: task follows
+  RunView after_plan{&s, "", &plan, {{"plan", "P"}}};
+  EXPECT_EQ(known_prompt_prefix(after_plan, *s.agent("e0"), 1, 1), "T|P|e0 r1");  // everything known
+  EXPECT_EQ(known_prompt_prefix(after_plan, *s.agent("join"), 1, 2), "T|P|");     // {previous} is the stage running
+  // An agent that runs again before the item is not final.
+  EXPECT_EQ(known_prompt_prefix(after_plan, *s.agent("e0"), 0, 1), "T|");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "agents/kv_hints.h"
 #include "agents/run_state.h"
 #include "core/error.h"
 
@@ -109,6 +110,7 @@ void PipelineRunner::start() {
     runs_[run->id] = run;
     queue_.push_back(run);
   }
+  hint_queued();
   std::lock_guard<std::mutex> lock(mu_);
   for (int i = 0; i < options_.max_runs; ++i) workers_.emplace_back([this] { worker(); });
   cv_.notify_all();
@@ -136,6 +138,7 @@ std::string PipelineRunner::submit(const json& spec_json, const std::string& inp
     queue_.push_back(run);
   }
   cv_.notify_one();
+  hint_queued();
   return run->id;
 }
 
@@ -150,6 +153,7 @@ void PipelineRunner::worker() {
       queue_.pop_front();
       ++running_;
     }
+    hint_queued();
     execute(run);
     std::lock_guard<std::mutex> lock(mu_);
     --running_;
@@ -239,9 +243,38 @@ bool PipelineRunner::cancel(const std::string& id) {
         break;
       }
   }
-  if (was_queued) finish(run, "cancelled", "");
-  else run->cancel_requests();
+  if (was_queued) {
+    finish(run, "cancelled", "");
+    hint_queued();
+  } else {
+    run->cancel_requests();
+  }
   return true;
+}
+
+// Queued runs' hints: the known prefixes of each one's first stages, next use
+// beyond any running run's look-ahead and one further per place in the queue.
+void PipelineRunner::hint_queued() {
+  if (!options_.kv_hints) return;
+  constexpr uint64_t kQueuedOwner = ~0ull;  // RunExecutor owners count up from 1
+  constexpr size_t kMaxQueued = 8;
+  std::lock_guard<std::mutex> order(hint_mu_);
+  std::vector<std::shared_ptr<Run>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < queue_.size() && i < kMaxQueued; ++i) queued.push_back(queue_[i]);
+  }
+  std::map<Engine*, std::vector<PrefixHint>> by_engine;
+  for (Engine* e : queued_hinted_) by_engine[e];
+  for (size_t q = 0; q < queued.size(); ++q) {
+    const std::vector<PlanItem> plan = unroll_stages(queued[q]->spec);
+    add_run_hints(RunView{&queued[q]->spec, queued[q]->input, &plan, {}}, resolve_, 0, 0,
+                  (int)(kHintLookahead + 1 + q), by_engine);
+  }
+  for (auto& [engine, hints] : by_engine) {
+    if (!hints.empty()) queued_hinted_.insert(engine);
+    engine->set_hints(kQueuedOwner, std::move(hints));
+  }
 }
 
 std::optional<json> PipelineRunner::run_json(const std::string& id) {

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,6 +112,8 @@ class PipelineRunner {
   std::shared_ptr<Run> find(const std::string& id);
   std::shared_ptr<Run> make_run(const RunRecord& rec);
   void forget_finished();
+  // Hints the engines with the first stages of the queued runs (farther than any running run's).
+  void hint_queued();
 
   RunStore& store_;
   SpecContext models_;
@@ -124,6 +127,8 @@ class PipelineRunner {
   std::vector<std::thread> workers_;
   bool stopping_ = false;
   int running_ = 0;
+  std::mutex hint_mu_;                 // orders hint_queued() calls
+  std::set<Engine*> queued_hinted_;    // engines holding the queued runs' hints
   std::atomic<uint64_t> steps_done_{0}, steps_failed_{0}, retries_{0};
   friend class RunExecutor;
 };

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "agents/kv_hints.h"
 #include "agents/prompt_template.h"
 #include "agents/run_state.h"
 #include "model/model.h"
@@ -71,14 +72,7 @@ RunExecutor::RunExecutor(PipelineRunner& runner, std::shared_ptr<PipelineRunner:
   hint_owner_ = next_owner++;
   for (StepRecord& s : runner_.store_.steps(run_->id))
     if (s.status == "done") done_.emplace(std::make_pair(s.agent, s.round), std::move(s));
-  for (const Stage& s : run_->spec.stages) {
-    if (s.kind != Stage::Kind::Rounds) {
-      plan_.push_back({&s, 1});
-      continue;
-    }
-    for (int round = 1; round <= s.max_rounds; ++round)
-      for (const Stage& b : s.body) plan_.push_back({&b, round});
-  }
+  plan_ = unroll_stages(run_->spec);
 }
 
 RunExecutor::~RunExecutor() {
@@ -266,75 +260,23 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
   }
 }
 
-// How far ahead a run hints (stages); farther stages would only compete with
-// nearer uses.
-constexpr size_t kHintLookahead = 4;
-
 void RunExecutor::update_hints(size_t pos) {
   std::map<Engine*, std::vector<PrefixHint>> by_engine;
   for (Engine* e : hinted_) by_engine[e];  // engines hinted before get their new (maybe empty) set
-  for (size_t k = pos + 1; k < plan_.size() && k <= pos + kHintLookahead; ++k) {
-    for (const std::string& name : plan_[k].stage->agents) {
-      const AgentSpec* a = run_->spec.agent(name);
-      const AgentModel m = runner_.resolve_(a->model);
-      if (!m.engine) continue;
-      const std::string text = known_prefix(*a, pos, k);
-      if (text.empty() && a->system.empty()) continue;
-      by_engine[m.engine].push_back({tokenize(*a, m, text), (int)(k - pos)});
-    }
+  RunView view{&run_->spec, run_->input, &plan_, {}};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    view.outputs = outputs_;
   }
+  add_run_hints(view, runner_.resolve_, pos, pos + 1, 1, by_engine);
   for (auto& [engine, hints] : by_engine) {
     if (!hints.empty()) hinted_.insert(engine);
     engine->set_hints(hint_owner_, std::move(hints));
   }
 }
 
-// The start of the prompt that stage `item`'s agent `a` will get, as far as
-// it is known while stage `pos` runs: the template rendered up to the first
-// output that is not final yet ({previous}, or an agent that has not run or
-// runs again before `item`).
-std::string RunExecutor::known_prefix(const AgentSpec& a, size_t pos, size_t item) const {
-  const PipelineSpec& spec = run_->spec;
-  const std::string task = spec.task.empty() ? run_->input : spec.task;
-  if (template_placeholders(a.prompt).empty()) return (a.prompt.empty() ? "" : a.prompt + "\n\n") + "Task: " + task;
-  std::set<std::string> pending;
-  for (size_t k = pos; k < item; ++k)
-    for (const std::string& n : plan_[k].stage->agents) pending.insert(n);
-  TemplateVars v;
-  v.task = task;
-  v.input = run_->input.empty() ? task : run_->input;
-  v.round = plan_[item].round;
-  std::map<std::string, std::string> outputs;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    outputs = outputs_;
-  }
-  std::vector<Placeholder> history;  // the placeholders behind the history pieces, in order
-  for (const Placeholder& p : template_placeholders(a.prompt))
-    if (p.kind == Placeholder::Kind::Previous || p.kind == Placeholder::Kind::AgentOutput) history.push_back(p);
-  std::string text;
-  size_t h = 0;
-  for (const PromptPiece& piece : render_template(a.prompt, v)) {
-    if (piece.history) {
-      const Placeholder& p = history[h++];
-      if (p.kind != Placeholder::Kind::AgentOutput || pending.count(p.agent) || !outputs.count(p.agent)) break;
-      text += outputs[p.agent];
-      continue;
-    }
-    text += piece.text;
-  }
-  return text;
-}
-
 std::vector<int32_t> RunExecutor::tokenize(const AgentSpec& a, const AgentModel& m, const std::string& user) {
-  const Tokenizer& tok = m.engine->model().tokenizer();
-  if (m.chat_template) {
-    std::vector<ChatMessage> msgs;
-    if (!a.system.empty()) msgs.push_back(ChatMessage{"system", a.system});
-    msgs.push_back(ChatMessage{"user", user});
-    return chat_prompt_tokens(msgs, tok, *m.chat_template);
-  }
-  return tok.encode(a.system.empty() ? user : a.system + "\n\n" + user, true, false);
+  return agent_prompt_tokens(a, m, user);
 }
 
 // Renders the agent's template; when prompt + max_tokens would not fit the

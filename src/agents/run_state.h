@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "agents/kv_hints.h"
 #include "agents/pipeline_runner.h"
 
 namespace spool::agents {
@@ -60,7 +61,6 @@ class RunExecutor {
   // next stages will read (as far as they are known now) and in how many
   // stages; called as each stage starts.
   void update_hints(size_t pos);
-  std::string known_prefix(const AgentSpec& a, size_t pos, size_t item) const;
   std::string run_agent(const AgentSpec& a, int round, int ord);
   StepResult attempt(const AgentSpec& a, int round, const std::vector<int32_t>& prompt, int attempt_no);
   std::vector<int32_t> build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens);
@@ -82,10 +82,6 @@ class RunExecutor {
   int next_ord_ = 0;
   // The stages in the order they would run (rounds unrolled to max_rounds),
   // for looking ahead; pos_ is the current one.
-  struct PlanItem {
-    const Stage* stage;
-    int round;
-  };
   std::vector<PlanItem> plan_;
   size_t pos_ = 0;
   uint64_t hint_owner_;
