@@ -134,6 +134,7 @@ void serve(const ServeOptions& o) {
   std::fprintf(stderr, "spool: serving %s on http://%s:%d%s\n", names.c_str(), o.host.c_str(), port,
                key.empty() ? "" : " (API key required)");
   std::fprintf(stderr, "spool: pipeline store %s (max %d runs at once)\n", store.dir().c_str(), o.max_runs);
+  std::fprintf(stderr, "spool: web UI at http://%s:%d/\n", o.host.c_str(), port);
   std::fflush(stderr);
   runner.start();
 
@@ -158,7 +159,7 @@ void serve(const ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API, with a web UI at /");
   cmd->add_option("-m,--model", o->models,
                   "Model: GGUF file or Hugging Face directory, optionally ALIAS=PATH (the name clients and pipeline "
                   "specs use); repeat for several models (the first is the default; --mem-budget is split equally); "

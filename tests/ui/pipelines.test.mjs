@@ -1,0 +1,107 @@
+// The pipelines page in a real browser against a real `spool serve`: faults in
+// the spec editor are marked on their line (a JSON syntax error found in the
+// page, a validation error from the server located by its `param`), and the
+// example three-agent pipeline runs live: every node ends done with its
+// output, which is the server's stored output, and the run's log is shown.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { launch, openPage, ready, screenshot, squash, startServer, STORIES } from './browser.mjs';
+
+let server, browser;
+before(async () => {
+  [server, browser] = await Promise.all([startServer(STORIES, ['--parallel', '4']), launch()]);
+});
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+const setSpec = (page, text) => page.$eval('#spec-text', (ta, t) => {
+  ta.value = t;
+  ta.dispatchEvent(new Event('input'));
+}, text);
+const fault = (page) => page.$eval('#spec-error', (el) => ({
+  text: el.textContent,
+  badLine: Number(document.querySelector('#spec-gutter .bad')?.textContent ?? 0),
+}));
+
+test('spec faults are shown on their line', async () => {
+  const page = await openPage(browser, `${server.url}/#/pipelines`);
+  await ready(page);
+  // A missing comma on line 3.
+  await setSpec(page, '{\n  "task": "x"\n  "agents": []\n}');
+  await page.click('#run-start');
+  let f = await fault(page);
+  assert.match(f.text, /^line 3, column 3: invalid JSON/);
+  assert.equal(f.badLine, 3);
+  // Valid JSON the server refuses: agents[1] names an agent that does not exist.
+  const spec = {
+    task: 'Once upon a time',
+    agents: [
+      { name: 'a', prompt: '{task}' },
+      { name: 'b', prompt: '{agents.nobody.output}' },
+    ],
+  };
+  const text = JSON.stringify(spec, null, 2);
+  await setSpec(page, text);
+  await page.click('#run-start');
+  await page.waitForFunction(() => document.querySelector('#spec-error').textContent.includes('agents[1]'), { timeout: 5000 });
+  f = await fault(page);
+  const promptLine = text.split('\n').findIndex((l) => l.includes('"prompt": "{agents.nobody.output}"')) + 1;
+  assert.match(f.text, /^line \d+, column \d+: invalid pipeline spec: .*nobody.* \(agents\[1\]\.prompt\)$/);
+  assert.equal(f.badLine, promptLine);
+  const runs = await (await fetch(`${server.url}/v1/pipelines`)).json();
+  assert.equal(runs.data.length, 0, 'nothing was run');
+  assert.deepEqual(page.problems.filter((p) => !p.includes('400')), []);
+});
+
+test('a three-agent pipeline runs live; every node ends done with its output', async () => {
+  const page = await openPage(browser, `${server.url}/#/pipelines`);
+  await ready(page);
+  const tokenEvents = [];
+  page.on('response', (r) => {
+    if (r.url().includes('/events')) tokenEvents.push(r.headers()['content-type']);
+  });
+  await page.click('#spec-load');  // the built-in example
+  await page.type('#spec-name', 'three-agents');
+  await page.click('#spec-save');
+  await page.waitForFunction(() => [...document.querySelectorAll('#spec-saved option')].some((o) => o.value === 'three-agents'));
+  await page.click('#run-start');
+  await page.waitForSelector('#run-graph[data-ended="1"]', { timeout: 60000 });
+  const title = await page.$eval('#run-title', (el) => ({ text: el.textContent, status: el.dataset.status }));
+  assert.equal(title.status, 'completed');
+  const id = /Run (run_\w+)/.exec(title.text)[1];
+  const nodes = await page.$$eval('#run-graph .node', (els) => els.map((el) => ({
+    agent: el.dataset.agent, status: el.dataset.status, output: el.querySelector('.output').innerText,
+    figures: el.querySelector('.figures').textContent,
+  })));
+  const run = await (await fetch(`${server.url}/v1/pipelines/${id}`)).json();
+  assert.equal(run.status, 'completed');
+  assert.deepEqual(nodes.map((n) => n.agent), ['planner', 'writer', 'editor']);
+  for (const n of nodes) {
+    const step = run.agents.find((a) => a.name === n.agent);
+    assert.equal(n.status, 'done', n.agent);
+    assert.ok(step.output.length > 0);
+    assert.equal(squash(n.output), squash(step.output), n.agent);
+    assert.match(n.figures, new RegExp(`^${step.tokens} tokens · [\\d.]+ s`), n.agent);
+  }
+  assert.deepEqual(tokenEvents, ['text/event-stream']);
+  const log = await page.$eval('#run-log', (el) => el.textContent);
+  for (const a of ['planner', 'writer', 'editor']) assert.match(log, new RegExp(`\\[agent:${a}\\] DONE`));
+  assert.match(log, /COMPLETED/);
+  const listed = await page.$eval(`#run-list [data-run="${id}"]`, (el) => el.textContent);
+  assert.match(listed, /completed/);
+  const saved = await (await fetch(`${server.url}/v1/pipeline-specs`)).json();
+  assert.ok(saved.data.includes('three-agents'));
+  await screenshot(page, 'pipeline.png');
+
+  // The run again from the list, as a past run drawn from the store.
+  const again = await openPage(browser, `${server.url}/#/pipelines`);
+  await ready(again);
+  await again.click(`#run-list [data-run="${id}"]`);
+  await again.waitForSelector('#run-graph[data-ended="1"]');
+  const statuses = await again.$$eval('#run-graph .node', (els) => els.map((el) => el.dataset.status));
+  assert.deepEqual(statuses, ['done', 'done', 'done']);
+  assert.deepEqual(page.problems, []);
+  assert.deepEqual(again.problems, []);
+});
