@@ -265,12 +265,13 @@ async function generate() {
     else m.error = `Error: ${e.message}`;
   }
   const tokens = usage?.completion_tokens ?? chunks;
-  const seconds = tFirst != null && tLast > tFirst ? (tLast - tFirst) / 1000 : 0;
+  // From sending to the last token: chunks arrive in bursts, so first-to-last alone can be a fraction of a millisecond.
+  const seconds = tLast != null && tLast > t0 ? (tLast - t0) / 1000 : 0;
   m.stats = {
     tokens,
     approx: !usage,
     prompt_tokens: usage?.prompt_tokens ?? null,
-    tps: seconds > 0 && tokens > 1 ? (tokens - 1) / seconds : null,
+    tps: seconds > 0 ? tokens / seconds : null,
     ttft_ms: tFirst != null ? tFirst - t0 : null,
     finish,
     chunks,

@@ -78,7 +78,7 @@ const STREAM_CHARTS = [
   ] },
   { id: 'w-mem', title: 'Memory', fmt: fmtBytes, series: [
     { label: 'process RSS', color: '--c1', get: (d, now) => now.rss },
-    { label: 'budget', color: '--c4', get: (d, now) => now.weights?.budget_bytes || null },
+    { label: '--mem-budget', color: '--c4', get: (d, now) => now.memBudget || null },
     { label: 'weight arena + resident', color: '--c3', get: (d, now) => (now.weights ? now.weights.arena_bytes + now.weights.resident_bytes : null) },
   ] },
 ];
@@ -136,7 +136,7 @@ function tile(key, label, value) {
 
 function modelStats(s) {
   const m = s.models.find((x) => x.id === modelId) ?? s.models[0];
-  return { engine: m.engine, weights: m.weights, rss: s.process.rss_bytes, time: s.time };
+  return { engine: m.engine, weights: m.weights, memBudget: s.mem_budget_bytes, rss: s.process.rss_bytes, time: s.time };
 }
 
 function delta(a, b) {
@@ -191,7 +191,7 @@ function paintTiles(now, d, raw) {
     const w = now.weights;
     tile('w-hit', 'Weight-cache hit rate', w.lookups ? fmtPct(w.hits / w.lookups) : '–');
     tile('w-read', 'Weights read, total', fmtBytes(w.bytes_read));
-    tile('w-budget', 'Memory budget', w.budget_bytes ? fmtBytes(w.budget_bytes) : 'none');
+    tile('w-budget', 'RSS / --mem-budget', now.memBudget ? `${fmtBytes(now.rss)} / ${fmtBytes(now.memBudget)}` : 'no budget');
   }
 }
 

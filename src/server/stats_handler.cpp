@@ -1,7 +1,7 @@
 // GET /v1/stats: counters since start, per served model (engine: requests,
-// tokens, KV blocks, prefix-cache hits, latency histograms; weight store when
-// it streams: bytes read, cache lookups and hits per layer, I/O wait, memory
-// against the budget), the process's resident memory, pipeline runs and HTTP
+// tokens, KV blocks, prefix-cache hits, latency histograms; --mem-budget; the
+// weight store when it streams: bytes read, cache lookups and hits per layer,
+// I/O wait, its share of the budget and its arena), the process's resident memory, pipeline runs and HTTP
 // responses. Totals only: a client takes differences between two polls for
 // rates (`time` is the server's clock, seconds, for the divisor).
 #include "server/stats_handler.h"
@@ -63,7 +63,7 @@ json weights_json(const StoreStats& w) {
           {"evictions", w.evictions},           {"lookups", lookups},
           {"hits", hits},                       {"prefetch_issued", w.prefetch_issued},
           {"spec_predicted", w.spec_predicted}, {"spec_correct", w.spec_correct},
-          {"budget_bytes", w.budget_bytes},     {"arena_bytes", w.arena_bytes},
+          {"weight_budget_bytes", w.budget_bytes}, {"arena_bytes", w.arena_bytes},
           {"resident_bytes", w.resident_bytes}, {"layers", layers}};
 }
 
@@ -90,6 +90,7 @@ json stats_json(ServerContext& ctx) {
           {"time", now},
           {"uptime_seconds", now - (double)ctx.created},
           {"process", {{"rss_bytes", rss}, {"peak_rss_bytes", peak}}},
+          {"mem_budget_bytes", ctx.options.mem_budget_bytes},
           {"models", models},
           {"pipelines", pipelines},
           {"http_responses", http}};

@@ -1,17 +1,24 @@
 // The engine page in a real browser against a real `spool serve`: while
 // streamed requests run, its charts (fed by GET /v1/stats) show non-zero
-// throughput, running requests, KV blocks and time to first token.
+// throughput, running requests, KV blocks and time to first token; with
+// --mem-budget (weights streamed) the streaming charts show bytes read, per
+// token, the weight cache, memory against the budget and reads per layer.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch, openPage, ready, screenshot, startServer, STORIES } from './browser.mjs';
 
-let server, browser;
+let server, streamed, browser;
 before(async () => {
-  [server, browser] = await Promise.all([startServer(STORIES, ['-c', '2048', '--parallel', '4']), launch()]);
+  [server, streamed, browser] = await Promise.all([
+    startServer(STORIES, ['-c', '2048', '--parallel', '4']),
+    startServer(STORIES, ['--mem-budget', '64M']),  // 0.4 MiB left for 1.2 MiB of weights: they stream
+    launch(),
+  ]);
 });
 after(async () => {
   await browser?.close();
   await server?.stop();
+  await streamed?.stop();
 });
 
 // Streamed completions, `workers` at a time, until stop() is called.
@@ -44,6 +51,8 @@ test('engine charts show non-zero figures while requests stream', async () => {
       const max = (id) => JSON.parse(document.querySelector(`.chart[data-chart="${id}"]`).dataset.max ?? '[0]');
       return max('throughput')[0] > 0 && max('throughput')[1] > 0 && max('requests')[0] > 0 && max('kv')[0] > 0 && max('ttft')[0] > 0;
     }, { timeout: 20000, polling: 200 });
+    // A few more seconds of history for the screenshot.
+    await page.waitForFunction(() => Number(document.querySelector('#page-engine').dataset.polls) >= 6, { timeout: 20000 });
     const running = await page.$eval('#engine-tiles [data-key="running"] .value', (el) => el.textContent);
     await screenshot(page, 'engine.png');
     assert.match(running, /^[1-9]\d* \/ \d+$/, 'requests running when the screenshot was taken');
@@ -61,5 +70,34 @@ test('engine charts show non-zero figures while requests stream', async () => {
   assert.match(tiles.rss, /MiB|GiB/);
   assert.equal(mode, 'weights resident (no streaming figures)');
   assert.equal(await page.$eval('#engine-streaming', (el) => el.hidden), true);
+  assert.deepEqual(page.problems, []);
+});
+
+test('with --mem-budget the streaming charts show reads, the cache and memory against the budget', async () => {
+  const page = await openPage(browser, `${streamed.url}/#/engine`);
+  await ready(page);
+  await page.waitForSelector('#engine-streaming:not([hidden])', { timeout: 10000 });
+  const gen = load(streamed.url, 2);
+  try {
+    await page.waitForFunction(() => {
+      const max = (id) => JSON.parse(document.querySelector(`.chart[data-chart="${id}"]`).dataset.max ?? '[0]');
+      return max('w-read')[0] > 0 && max('w-per-token')[0] > 0 && max('throughput')[0] > 0 &&
+        document.querySelectorAll('#engine-layers .bar').length > 0 &&
+        Number(document.querySelector('#page-engine').dataset.polls) >= 5;
+    }, { timeout: 30000, polling: 200 });
+    await screenshot(page, 'engine-streaming.png');
+  } finally {
+    await gen.stop();
+  }
+  const [rss, budget, arena] = await chartMax(page, 'w-mem');
+  assert.equal(budget, 64 * 1024 * 1024);
+  assert.ok(rss > 0 && arena > 0, `rss ${rss}, arena ${arena}`);
+  assert.ok((await chartMax(page, 'w-read'))[0] > 0);
+  const [hit] = await chartMax(page, 'w-hit');
+  assert.ok(hit >= 0 && hit <= 1, `hit rate ${hit}`);
+  const bars = await page.$$eval('#engine-layers .bar', (els) => els.map((el) => el.style.height));
+  assert.ok(bars.some((h) => h !== '0%'), bars.join());
+  assert.match(await page.$eval('#engine-mode', (el) => el.textContent), /stream/);
+  assert.match(await page.$eval('#engine-tiles [data-key="w-budget"] .value', (el) => el.textContent), / \/ 64\.0 MiB$/);
   assert.deepEqual(page.problems, []);
 });

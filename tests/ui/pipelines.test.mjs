@@ -2,14 +2,17 @@
 // the spec editor are marked on their line (a JSON syntax error found in the
 // page, a validation error from the server located by its `param`), and the
 // example three-agent pipeline runs live: every node ends done with its
-// output, which is the server's stored output, and the run's log is shown.
+// output, which is the server's stored output, and the run's log is shown; a
+// retried agent shows its second attempt; a running pipeline is cancelled.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch, openPage, ready, screenshot, squash, startServer, STORIES } from './browser.mjs';
 
 let server, browser;
 before(async () => {
-  [server, browser] = await Promise.all([startServer(STORIES, ['--parallel', '4']), launch()]);
+  // The first attempt of every step of agent "flaky" fails (the retry test).
+  [server, browser] = await Promise.all([
+    startServer(STORIES, ['--parallel', '4'], { env: { SPOOL_FAILPOINTS: 'agent:flaky:1' } }), launch()]);
 });
 after(async () => {
   await browser?.close();
@@ -104,4 +107,37 @@ test('a three-agent pipeline runs live; every node ends done with its output', a
   assert.deepEqual(statuses, ['done', 'done', 'done']);
   assert.deepEqual(page.problems, []);
   assert.deepEqual(again.problems, []);
+});
+
+test('a retried agent ends done on its second attempt; a running pipeline can be cancelled', async () => {
+  const page = await openPage(browser, `${server.url}/#/pipelines`);
+  await ready(page);
+  await setSpec(page, JSON.stringify({
+    task: 'Once upon a time', temperature: 0, max_tokens: 16,
+    agents: [{ name: 'flaky', prompt: '{task}', retries: 1 }],
+  }, null, 2));
+  await page.click('#run-start');
+  await page.waitForSelector('#run-graph[data-ended="1"]', { timeout: 30000 });
+  const node = await page.$eval('#run-graph .node', (el) => ({ status: el.dataset.status, figures: el.querySelector('.figures').textContent }));
+  assert.equal(node.status, 'done');
+  assert.match(node.figures, /attempt 2/);
+  assert.match(await page.$eval('#run-log', (el) => el.textContent), /\[agent:flaky\] RETRY 1\/1/);
+
+  // Twenty rounds of two agents: long enough to cancel while it runs.
+  await setSpec(page, JSON.stringify({
+    task: 'Once upon a time', temperature: 0, max_tokens: 200,
+    agents: [{ name: 'a', prompt: '{task}' }, { name: 'b', prompt: '{previous}' }],
+    stages: [{ rounds: ['a', 'b'], until: 'NEVER-SAID', max_rounds: 20 }],
+  }, null, 2));
+  await page.click('#run-start');
+  await page.waitForSelector('#run-graph .node[data-status="running"]', { timeout: 20000 });
+  assert.equal(await page.$eval('#run-graph .rounds .label', (el) => el.textContent), 'rounds ×20 until "NEVER-SAID"');
+  await page.click('#run-cancel');
+  await page.waitForSelector('#run-title[data-status="cancelled"]', { timeout: 10000 });
+  const id = /Run (run_\w+)/.exec(await page.$eval('#run-title', (el) => el.textContent))[1];
+  const run = await (await fetch(`${server.url}/v1/pipelines/${id}`)).json();
+  assert.equal(run.status, 'cancelled');
+  assert.ok(run.agents.filter((a) => a.status === 'done').length < 40, 'it ended before its last round');
+  assert.equal(await page.$eval('#run-cancel', (b) => b.disabled), true);
+  assert.deepEqual(page.problems, []);
 });

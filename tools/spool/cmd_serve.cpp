@@ -107,6 +107,7 @@ void serve(const ServeOptions& o) {
   so.port = o.port;
   so.api_key = key;
   so.max_body_bytes = o.max_body;
+  so.mem_budget_bytes = o.model_flags.mem_budget.empty() ? 0 : parse_size(o.model_flags.mem_budget);
   const auto aliases_of = [](const Loaded& l) {
     std::vector<std::string> a{l.path};
     if (l.id != model_id_of(l.path)) a.push_back(model_id_of(l.path));
