@@ -50,10 +50,10 @@ export async function fill(page, selector, value) {
   await page.keyboard.press('Tab');
 }
 
-export async function screenshot(page, name) {
+export async function screenshot(page, name, { fullPage = false } = {}) {
   const dir = process.env.SPOOL_UI_SCREENSHOT_DIR ?? path.resolve('ui-screenshots');
   mkdirSync(dir, { recursive: true });
-  await page.screenshot({ path: path.join(dir, name) });
+  await page.screenshot({ path: path.join(dir, name), fullPage });
 }
 
 export const squash = (s) => s.replace(/\s+/g, ' ').trim();

@@ -85,7 +85,7 @@ test('with --mem-budget the streaming charts show reads, the cache and memory ag
         document.querySelectorAll('#engine-layers .bar').length > 0 &&
         Number(document.querySelector('#page-engine').dataset.polls) >= 5;
     }, { timeout: 30000, polling: 200 });
-    await screenshot(page, 'engine-streaming.png');
+    await screenshot(page, 'engine-streaming.png', { fullPage: true });
   } finally {
     await gen.stop();
   }
