@@ -331,7 +331,8 @@ export function start(modelList) {
   });
   for (const id of ['chat-model', 'chat-temperature', 'chat-top-p', 'chat-max-tokens', 'chat-seed', 'chat-ignore-eos', 'chat-system'])
     $(id).addEventListener('change', () => formToSettings(current));
-  $('chat-input').focus();
+  if (matchMedia('(max-width: 760px)').matches) $('chat-settings').open = false;  // a phone: room for the talk
+  else $('chat-input').focus();
 }
 
 export function show() {

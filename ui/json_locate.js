@@ -18,6 +18,11 @@ export function scanJson(text) {
   const fail = (msg) => {
     throw new JsonFault(i >= text.length ? `${msg} (the text ended)` : `${msg}, found '${text[i]}'`, i);
   };
+  // After a value, neither ',' nor the closing bracket: the fault is placed where the comma is missing.
+  const missingComma = (end, close) => {
+    if (i >= text.length) fail(`expected ',' or '${close}'`);
+    throw new JsonFault(`expected ',' or '${close}' here, before '${text[i]}'`, end);
+  };
   const ws = () => {
     while (i < text.length && ' \t\r\n'.includes(text[i])) ++i;
   };
@@ -50,13 +55,12 @@ export function scanJson(text) {
         ws();
         if (text[i] !== ':') fail(`expected ':' after the key "${key}"`);
         ++i;
-        const before = where.get(sub);
         value(sub);
-        where.set(sub, before);
+        const end = i;
         ws();
         if (text[i] === ',') { ++i; continue; }
         if (text[i] === '}') { ++i; return; }
-        fail("expected ',' or '}' after a member");
+        missingComma(end, '}');
       }
     }
     if (c === '[') {
@@ -65,10 +69,11 @@ export function scanJson(text) {
       if (text[i] === ']') { ++i; return; }
       for (let n = 0; ; ++n) {
         value(`${path}[${n}]`);
+        const end = i;
         ws();
         if (text[i] === ',') { ++i; continue; }
         if (text[i] === ']') { ++i; return; }
-        fail("expected ',' or ']' after an element");
+        missingComma(end, ']');
       }
     }
     if (c === '"') { str(); return; }

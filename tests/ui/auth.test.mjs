@@ -17,6 +17,15 @@ after(async () => {
   await server?.stop();
 });
 
+test('the shell loads without the key; data routes, /v1/stats included, need it', async () => {
+  for (const route of ['/', '/ui/app.js', '/ui/vendor/marked.esm.js']) assert.equal((await fetch(server.url + route)).status, 200, route);
+  for (const route of ['/v1/stats', '/v1/models', '/v1/pipelines', '/metrics']) {
+    assert.equal((await fetch(server.url + route)).status, 401, route);
+    const ok = await fetch(server.url + route, { headers: { Authorization: `Bearer ${KEY}` } });
+    assert.equal(ok.status, 200, route);
+  }
+});
+
 test('with a key set, the UI shows no data until the key is entered', async () => {
   const page = await openPage(browser, `${server.url}/#/engine`);
   await page.waitForSelector('#login:not([hidden])', { timeout: 10000 });

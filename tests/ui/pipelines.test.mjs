@@ -31,12 +31,12 @@ const fault = (page) => page.$eval('#spec-error', (el) => ({
 test('spec faults are shown on their line', async () => {
   const page = await openPage(browser, `${server.url}/#/pipelines`);
   await ready(page);
-  // A missing comma on line 3.
+  // A missing comma at the end of line 2.
   await setSpec(page, '{\n  "task": "x"\n  "agents": []\n}');
   await page.click('#run-start');
   let f = await fault(page);
-  assert.match(f.text, /^line 3, column 3: invalid JSON/);
-  assert.equal(f.badLine, 3);
+  assert.equal(f.text, "line 2, column 14: invalid JSON: expected ',' or '}' here, before '\"'");
+  assert.equal(f.badLine, 2);
   // Valid JSON the server refuses: agents[1] names an agent that does not exist.
   const spec = {
     task: 'Once upon a time',

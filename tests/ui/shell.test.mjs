@@ -84,6 +84,10 @@ test('first load in a fresh browser; theme toggle; phone-sized layout', async (t
 
   const phone = await openPage(browser, `${server.url}/#/chat`, { width: 390, height: 780 });
   await ready(phone);
+  assert.equal(await phone.$eval('#chat-settings', (d) => d.open), false, 'settings folded on a phone');
+  await phone.type('#chat-input', 'Once upon a time');
+  await phone.keyboard.press('Enter');
+  await phone.waitForSelector('#chat-messages .msg.assistant[data-finish]', { timeout: 20000 });
   const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   assert.ok(overflow <= 0, `the chat page is ${overflow} px wider than a phone screen`);
   await screenshot(phone, 'chat-phone.png');
