@@ -105,7 +105,7 @@ function buildPlot(c) {
     width,
     height: 170,
     scales: { x: { time: true }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
-    axes: [axis, { ...axis, size: 64, values: (u, vals) => vals.map((v) => c.def.fmt(v)) }],
+    axes: [axis, { ...axis, size: 84, values: (u, vals) => vals.map((v) => c.def.fmt(v)) }],
     series: [{}, ...c.def.series.map((s) => ({
       label: s.label, stroke: css(s.color), width: 2, spanGaps: false, value: (u, v) => c.def.fmt(v),
     }))],

@@ -381,7 +381,11 @@ async function follow(v) {
         break;  // the stream ends after the run's "done"
       } catch (e) {
         if (e.name === 'AbortError' || view !== v) return;
-        await new Promise((r) => setTimeout(r, 1000));
+        if (e instanceof ApiError) {  // the server answered (no such run, no key): retrying will not help
+          showPageError(e);
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 1000));  // the connection dropped: resume after the last event
       }
     }
     if (view !== v) return;
