@@ -1,13 +1,11 @@
 // Shared by the API tests: a real `spool serve` (spool_process.mjs) with an
-// official `openai` client on it, /metrics samples, reference outputs from
-// `spool run`, fixtures.
-import { mkdtempSync, symlinkSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
+// official `openai` client on it, /metrics samples, error-shape checks.
 import OpenAI from 'openai';
-import { startServer as startProcess, stopProcess, runSpool, SPOOL_BIN, SHARED, STORIES } from './spool_process.mjs';
+import {
+  startServer as startProcess, stopProcess, runSpool, qwen2TinyWithTemplate, SPOOL_BIN, SHARED, STORIES,
+} from './spool_process.mjs';
 
-export { stopProcess, runSpool, SPOOL_BIN, SHARED, STORIES };
+export { stopProcess, runSpool, qwen2TinyWithTemplate, SPOOL_BIN, SHARED, STORIES };
 
 // Starts `spool serve -m model --port 0 ...args` (see spool_process.mjs); the
 // result also has client(opts): an OpenAI client on the server.
@@ -34,18 +32,6 @@ export async function waitFor(predicate, { timeoutMs = 10000, stepMs = 50 } = {}
     if (Date.now() > end) return false;
     await new Promise((r) => setTimeout(r, stepMs));
   }
-}
-
-// A temp HF checkpoint: the qwen2-tiny fixture plus a Qwen2 chat template
-// (chat_template.jinja from the tok-qwen2 fixture); remove() deletes it.
-export function qwen2TinyWithTemplate() {
-  const dir = mkdtempSync(path.join(tmpdir(), 'spool-api-'));
-  const src = path.join(SHARED, 'fixtures/qwen2-tiny');
-  for (const f of ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) {
-    symlinkSync(path.join(src, f), path.join(dir, f));
-  }
-  symlinkSync(path.join(SHARED, 'fixtures/tok-qwen2/chat_template.jinja'), path.join(dir, 'chat_template.jinja'));
-  return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
 export async function postRaw(url, route, body, headers = {}) {

@@ -1,10 +1,10 @@
 // Starting and stopping a real `spool serve` (on a free loopback port: --port
-// 0, the port read from its start-up line) and running `spool` commands, with
-// no npm dependency: shared by the API tests (helpers.mjs) and the browser
+// 0, the port read from its start-up line), running `spool` commands, and a
+// chat-template fixture, with no npm dependency: shared by the API tests (helpers.mjs) and the browser
 // tests (tests/ui). SPOOL_BIN and SPOOL_SHARED_DIR come from CTest; the
 // defaults fit a checkout with build/.
 import { spawn, execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, symlinkSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -79,3 +79,14 @@ export function runSpool(args, { timeoutMs = 60000 } = {}) {
   });
 }
 
+// A temp HF checkpoint: the qwen2-tiny fixture plus a Qwen2 chat template
+// (chat_template.jinja from the tok-qwen2 fixture); remove() deletes it.
+export function qwen2TinyWithTemplate() {
+  const dir = mkdtempSync(path.join(tmpdir(), 'spool-api-'));
+  const src = path.join(SHARED, 'fixtures/qwen2-tiny');
+  for (const f of ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) {
+    symlinkSync(path.join(src, f), path.join(dir, f));
+  }
+  symlinkSync(path.join(SHARED, 'fixtures/tok-qwen2/chat_template.jinja'), path.join(dir, 'chat_template.jinja'));
+  return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}

@@ -5,7 +5,7 @@ import puppeteer from 'puppeteer-core';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 
-export { startServer, stopProcess, runSpool, STORIES, SPOOL_BIN } from '../api/spool_process.mjs';
+export { startServer, stopProcess, runSpool, qwen2TinyWithTemplate, STORIES, SPOOL_BIN } from '../api/spool_process.mjs';
 
 export function launch() {
   return puppeteer.launch({

@@ -2,10 +2,14 @@
 // no chat template, so the page uses /v1/completions with the typed text as
 // the prompt): a reply streams and equals `spool run` at temperature 0, Stop
 // ends a reply early (and the server stops generating it), regenerate, and
-// model output holding HTML renders as text and runs nothing.
+// model output holding HTML renders as text and runs nothing; a second model
+// with a chat template, picked in the page, answers through
+// /v1/chat/completions as `spool run --chat` does.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { launch, openPage, ready, fill, screenshot, squash, stats, startServer, runSpool, STORIES } from './browser.mjs';
+import {
+  launch, openPage, ready, fill, screenshot, squash, stats, startServer, runSpool, qwen2TinyWithTemplate, STORIES,
+} from './browser.mjs';
 
 let server, browser;
 before(async () => {
@@ -137,4 +141,36 @@ test('model output with <script> and <img onerror> renders as text and runs noth
   const remote = page.requests.filter((r) => !r.url.startsWith(server.url));
   assert.deepEqual(remote.map((r) => r.url), [], 'nothing was fetched from elsewhere');
   assert.deepEqual(page.problems, []);
+});
+
+test('a model with a chat template, picked in the page, answers as spool run --chat', async () => {
+  const qwen = qwen2TinyWithTemplate();
+  const two = await startServer(`stories=${STORIES}`, ['-m', `qwen=${qwen.dir}`]);
+  try {
+    const page = await openPage(browser, `${two.url}/#/chat`);
+    const routes = [];
+    page.on('response', (r) => {
+      if (r.request().method() === 'POST') routes.push(new URL(r.url()).pathname);
+    });
+    await ready(page);
+    assert.deepEqual(await page.$$eval('#chat-model option', (os) => os.map((o) => o.value)), ['stories', 'qwen']);
+    await page.select('#chat-model', 'qwen');
+    assert.match(await page.$eval('#chat-mode', (el) => el.textContent), /^qwen: the model's chat template/);
+    await fill(page, '#chat-temperature', '0');
+    await fill(page, '#chat-max-tokens', '16');
+    await page.type('#chat-input', 'Hello');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#chat-messages .msg.assistant[data-finish]', { timeout: 20000 });
+    const ref = await runSpool(['run', '-m', qwen.dir, '--chat', '-p', 'Hello', '-n', '16', '--temp', '0', '-t', '1']);
+    assert.equal(ref.code, 0, ref.stderr);
+    const conv = (await stored(page))[0];
+    assert.equal(conv.model, 'qwen');
+    assert.equal(conv.messages[1].content, ref.stdout);
+    assert.ok(conv.messages[1].stats.prompt_tokens > 10, 'the template was applied');
+    assert.deepEqual(routes, ['/v1/chat/completions']);
+    assert.deepEqual(page.problems, []);
+  } finally {
+    await two.stop();
+    qwen.remove();
+  }
 });
