@@ -1,8 +1,8 @@
 // The UI on a server with --api-key, in a real browser: the page shell loads
 // without the key but shows nothing but the key prompt; a wrong key is
 // refused; with the right one the data appears, every API call carries it in
-// the Authorization header, it is kept in session storage (never in the URL)
-// and "Forget key" drops it.
+// the Authorization header (a pipeline's SSE stream included), it is kept in
+// session storage (never in the URL) and "Forget key" drops it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch, openPage, ready, startServer, STORIES } from './browser.mjs';
@@ -66,6 +66,17 @@ test('with a key set, the UI shows no data until the key is entered', async () =
   await page.reload();
   await ready(page);
   assert.ok((await page.$$eval('#chat-model option', (os) => os.map((o) => o.value))).includes(server.modelId));
+
+  // A pipeline's live events (SSE read through fetch, so the key goes in the header) with the key.
+  await page.click('#nav a[data-page="pipelines"]');
+  await page.waitForSelector('#page-pipelines:not([hidden])');
+  await page.click('#run-start');
+  await page.waitForSelector('#run-graph[data-ended="1"]', { timeout: 30000 });
+  assert.equal(await page.$eval('#run-title', (el) => el.dataset.status), 'completed');
+  const events = page.requests.filter((r) => /\/v1\/pipelines\/run_\w+\/events/.test(r.url));
+  assert.equal(events.length, 1);
+  assert.equal(events[0].headers.authorization, `Bearer ${KEY}`);
+  assert.ok(page.requests.every((r) => !r.url.includes(KEY)), 'the key is never in a URL');
 
   await page.click('#logout');
   await page.waitForSelector('#login:not([hidden])');
