@@ -3,7 +3,8 @@
 // spec with an input, and a run drawn as a graph of its stages (parallel
 // stages stacked, rounds boxed) whose nodes follow the run's SSE events:
 // status, attempts, tokens, time, and each agent's output streaming in. The
-// run's log lines are below; past runs come from the server's store and a
+// run's log lines are below; past runs come from the server's store (drawn
+// from the spec this browser sent, else from their steps' timing) and a
 // running one can be cancelled.
 import { request, getJson, postJson, readEvents, ApiError } from './api.js';
 import { setMarkdown } from './markdown.js';
@@ -175,6 +176,33 @@ export function stagesOf(spec) {
   return items;
 }
 
+// Stages guessed from a run's stored steps (GET /v1/pipelines/{id} has no spec): a step that started before
+// every step of the current stage had finished runs beside them (a parallel stage); agents seen in a later
+// round are boxed as rounds. Steps are listed in the order they started; pending ones come last.
+export function stagesFromSteps(steps) {
+  const rounds = new Map();
+  for (const s of steps) rounds.set(s.name, Math.max(rounds.get(s.name) ?? 0, s.round ?? 1));
+  const items = [];
+  let col = null;
+  for (const s of steps.filter((x) => (x.round ?? 1) === 1)) {
+    const start = s.started_at ?? null;
+    const sameStage = col && start != null && col.started && col.finished.every((f) => f == null || start < f);
+    if (sameStage) {
+      col.names.push(s.name);
+    } else {
+      col = { names: [s.name], started: start != null, finished: [] };
+      items.push(col);
+    }
+    col.finished.push(s.finished_at ?? null);
+  }
+  const stage = (c) => (c.names.length > 1 ? { parallel: c.names } : { agent: c.names[0] });
+  const repeated = (c) => c.names.some((n) => rounds.get(n) > 1);
+  const first = items.findIndex(repeated);
+  if (first < 0) return items.map(stage);
+  const maxRound = Math.max(...rounds.values());
+  return [...items.slice(0, first).map(stage), { rounds: items.slice(first).map(stage), max_rounds: maxRound, ran: true }];
+}
+
 function nodeElement(name) {
   const el = document.createElement('div');
   el.className = 'node queued';
@@ -199,7 +227,8 @@ function drawGraph(items, nodes) {
         box.className = 'rounds';
         const label = document.createElement('span');
         label.className = 'label';
-        label.textContent = `rounds ×${it.max_rounds ?? 1}${it.until ? ` until "${it.until}"` : ''}`;
+        label.textContent = it.ran ? `rounds (ran ${it.max_rounds})`
+          : `rounds ×${it.max_rounds ?? 1}${it.until ? ` until "${it.until}"` : ''}`;
         box.append(label);
         build(it.rounds, box);
         parent.append(box);
@@ -426,9 +455,9 @@ async function openRun(id) {
   $('run-graph').dataset.ended = '';
   $('run-log').textContent = '';
   const spec = specOf(id);
-  drawGraph(spec ? stagesOf(spec) : [], v.nodes);
   const run = await getJson(`/v1/pipelines/${id}`);
   if (view !== v) return;
+  drawGraph(spec ? stagesOf(spec) : stagesFromSteps(run.agents ?? []), v.nodes);
   applyRun(run);
   await refreshLog();
   if (run.status === 'queued' || run.status === 'running') follow(v);
