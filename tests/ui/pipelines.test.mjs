@@ -116,10 +116,21 @@ test('a retried agent ends done on its second attempt; a running pipeline can be
     task: 'Once upon a time', temperature: 0, max_tokens: 16,
     agents: [{ name: 'flaky', prompt: '{task}', retries: 1 }],
   }, null, 2));
+  // Every status the node shows on its way (the retry is over within milliseconds).
+  await page.evaluate(() => {
+    window.seenStatuses = [];
+    new MutationObserver((records) => {
+      for (const r of records) {
+        const s = r.target.dataset?.status;
+        if (r.target.classList?.contains('node') && s && window.seenStatuses.at(-1) !== s) window.seenStatuses.push(s);
+      }
+    }).observe(document.querySelector('#run-graph'), { attributes: true, subtree: true, attributeFilter: ['data-status'] });
+  });
   await page.click('#run-start');
   await page.waitForSelector('#run-graph[data-ended="1"]', { timeout: 30000 });
   const node = await page.$eval('#run-graph .node', (el) => ({ status: el.dataset.status, figures: el.querySelector('.figures').textContent }));
   assert.equal(node.status, 'done');
+  assert.deepEqual(await page.evaluate(() => window.seenStatuses), ['running', 'retrying', 'running', 'done']);
   assert.match(node.figures, /attempt 2/);
   assert.match(await page.$eval('#run-log', (el) => el.textContent), /\[agent:flaky\] RETRY 1\/1/);
 
