@@ -28,7 +28,7 @@ const lastReply = (page) => page.$eval('#chat-messages .msg.assistant:last-of-ty
 }));
 const stored = (page) => page.evaluate(() => JSON.parse(localStorage.getItem('spool.chats')));
 
-test('a reply streams and equals spool run at temperature 0; regenerate gives it again', async () => {
+test('a reply streams and equals spool run at temperature 0; Copy copies it, Regenerate gives it again', async () => {
   const page = await openPage(browser, `${server.url}/#/chat`);
   const streamed = [];
   page.on('response', (r) => {
@@ -53,6 +53,11 @@ test('a reply streams and equals spool run at temperature 0; regenerate gives it
   assert.ok(m, reply.stats);
   assert.ok(Number(m[1]) > 1 && Number(m[1]) <= 40 && Number(m[2]) > 0 && Number(m[3]) > 0, reply.stats);
   await screenshot(page, 'chat.png');
+
+  await page.browserContext().overridePermissions(server.url, ['clipboard-read', 'clipboard-write', 'clipboard-sanitized-write']);
+  await page.click('#chat-messages .msg.assistant .copy');
+  await page.waitForFunction(() => document.querySelector('#chat-messages .msg.assistant .copy').textContent === 'copied');
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), ref.stdout, 'Copy puts the reply on the clipboard');
 
   await page.click('#chat-messages .msg.assistant .regenerate');
   await page.waitForFunction(() => {
