@@ -3,7 +3,8 @@
 // waiting requests, time to first token, KV blocks, prefix-cache hits; when
 // the model's weights stream, weight-cache hit rate, bytes read per second and
 // per generated token, the share of time compute waited for reads, memory
-// against the budget, and weight units read per layer in the last interval.
+// against the budget, and per layer the time waited for reads and the units
+// read, per token over the last interval.
 // Each chart's element carries data-max (JSON: the largest value of each
 // series in view), which the browser tests read.
 import { getJson } from './api.js';
@@ -155,24 +156,30 @@ function delta(a, b) {
     const w = (k) => b.weights[k] - a.weights[k];
     d.w = { bytes_read: w('bytes_read'), lookups: w('lookups'), hits: w('hits'), io_wait_seconds: w('io_wait_seconds') };
     d.layers = b.weights.layers.map((l, i) => {
-      const o = a.weights.layers[i] ?? { misses: 0, inflight: 0 };
-      return l.misses + l.inflight - o.misses - o.inflight;
+      const o = a.weights.layers[i] ?? { misses: 0, inflight: 0, wait_seconds: 0 };
+      return { reads: l.misses + l.inflight - o.misses - o.inflight, wait: l.wait_seconds - o.wait_seconds };
     });
   }
   return d;
 }
 
-function paintLayers(reads, tokens) {
-  const box = $('engine-layers');
-  const per = reads.map((r) => (tokens > 0 ? r / tokens : r));
-  const max = Math.max(1e-9, ...per);
+// One bar per layer (the last: tensors outside the layers), scaled to the largest; the value per token.
+function paintBars(box, values, tokens, describe) {
+  const per = values.map((v) => (tokens > 0 ? v / tokens : v));
+  const max = Math.max(1e-12, ...per);
   box.replaceChildren(...per.map((v, i) => {
     const b = document.createElement('div');
     b.className = 'bar';
     b.style.height = `${Math.round((100 * v) / max)}%`;
-    b.title = `layer ${i === per.length - 1 ? 'other' : i}: ${v.toFixed(2)} reads${tokens > 0 ? ' per token' : ''}`;
+    b.dataset.value = String(v);
+    b.title = `${i === per.length - 1 ? 'outside the layers' : `layer ${i}`}: ${describe(v)}${tokens > 0 ? ' per token' : ''}`;
     return b;
   }));
+}
+
+function paintLayers(layers, tokens) {
+  paintBars($('engine-layers'), layers.map((l) => l.reads), tokens, (v) => `${v.toFixed(2)} units read`);
+  paintBars($('engine-layer-wait'), layers.map((l) => l.wait), tokens, (v) => `${fmtMs(v)} waiting for reads`);
 }
 
 function paintTiles(now, d, raw) {

@@ -54,7 +54,8 @@ json weights_json(const StoreStats& w) {
   json layers = json::array();
   uint64_t lookups = 0, hits = 0;
   for (const LayerCacheStats& l : w.layers) {
-    layers.push_back({{"hits", l.hits}, {"prefetched", l.prefetched}, {"inflight", l.inflight}, {"misses", l.misses}});
+    layers.push_back({{"hits", l.hits}, {"prefetched", l.prefetched}, {"inflight", l.inflight}, {"misses", l.misses},
+                      {"wait_seconds", (double)l.wait_ns / 1e9}});
     lookups += l.lookups();
     hits += l.hits + l.prefetched;
   }

@@ -95,8 +95,12 @@ test('with --mem-budget the streaming charts show reads, the cache and memory ag
   assert.ok((await chartMax(page, 'w-read'))[0] > 0);
   const [hit] = await chartMax(page, 'w-hit');
   assert.ok(hit >= 0 && hit <= 1, `hit rate ${hit}`);
-  const bars = await page.$$eval('#engine-layers .bar', (els) => els.map((el) => el.style.height));
-  assert.ok(bars.some((h) => h !== '0%'), bars.join());
+  const bars = await page.$$eval('#engine-layers .bar', (els) => els.map((el) => Number(el.dataset.value)));
+  assert.equal(bars.length, 6, 'five layers and the tensors outside them');
+  assert.ok(bars.slice(0, 5).every((v) => v > 0), `units read per layer per token: ${bars.join()}`);
+  const waits = await page.$$eval('#engine-layer-wait .bar', (els) => els.map((el) => Number(el.dataset.value)));
+  assert.equal(waits.length, 6);
+  assert.ok(waits.every((v) => v >= 0) && waits.some((v) => v > 0), `wait per layer per token: ${waits.join()}`);
   assert.match(await page.$eval('#engine-mode', (el) => el.textContent), /stream/);
   assert.match(await page.$eval('#engine-tiles [data-key="w-budget"] .value', (el) => el.textContent), / \/ 64\.0 MiB$/);
   assert.deepEqual(page.problems, []);
