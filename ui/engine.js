@@ -175,6 +175,9 @@ function paintBars(box, values, tokens, describe) {
     b.title = `${i === per.length - 1 ? 'outside the layers' : `layer ${i}`}: ${describe(v)}${tokens > 0 ? ' per token' : ''}`;
     return b;
   }));
+  const top = per.indexOf(Math.max(...per));
+  box.nextElementSibling.textContent = top < 0 ? '' : `largest: ${top === per.length - 1 ? 'outside the layers' : `layer ${top}`}, ` +
+    `${describe(per[top])}${tokens > 0 ? ' per token' : ''}; the last bar is the tensors outside the layers`;
 }
 
 function paintLayers(layers, tokens) {

@@ -101,6 +101,7 @@ test('a three-agent pipeline runs live; every node ends done with its output', a
   // The run again from the list, as a past run drawn from the store.
   const again = await openPage(browser, `${server.url}/#/pipelines`);
   await ready(again);
+  await again.waitForSelector(`#run-list [data-run="${id}"]`);  // the list loads after the page is ready
   await again.click(`#run-list [data-run="${id}"]`);
   await again.waitForSelector('#run-graph[data-ended="1"]');
   const statuses = await again.$$eval('#run-graph .node', (els) => els.map((el) => el.dataset.status));
