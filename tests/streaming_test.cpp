@@ -101,9 +101,14 @@ TEST_P(StreamingFixture, SameLogitsUnderTheSmallestBudgetWithEvictionEveryStep) 
     const StoreStats st = m->weights().stats_snapshot();
     EXPECT_EQ(st.arena_bytes, at_load.arena_bytes);  // the arena never grows
     EXPECT_GT(st.bytes_read, st.load_bytes);
-    uint64_t misses = 0;
-    for (const auto& l : st.layers) misses += l.misses + l.inflight + l.prefetched;
+    uint64_t misses = 0, wait_ns = 0;
+    for (const auto& l : st.layers) {
+      misses += l.misses + l.inflight + l.prefetched;
+      wait_ns += l.wait_ns;
+    }
     EXPECT_GT(misses, 0u) << policy;
+    EXPECT_GT(st.io_wait_ns, 0u) << policy;              // reads on demand are waited for
+    EXPECT_EQ(wait_ns, st.io_wait_ns) << policy;         // and each wait is counted on its layer
   }
 }
 

@@ -12,6 +12,8 @@
 #include "server/auth.h"
 #include "server/openai_format.h"
 #include "server/server_context.h"
+#include "server/stats_handler.h"
+#include "server/ui_assets.h"
 
 namespace spool::server {
 
@@ -135,11 +137,13 @@ void add_routes(ServerContext& ctx) {
   add_batch_routes(ctx);
   http.Post("/tokenize", guarded(ctx, handle_tokenize));
   http.Post("/detokenize", guarded(ctx, handle_detokenize));
+  add_stats_routes(ctx);
+  add_ui_routes(ctx);
 }
 
 void add_hooks(ServerContext& ctx) {
   ctx.http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (ctx.options.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (ctx.options.api_key.empty() || req.path == "/health" || is_ui_path(req.path)) return httplib::Server::HandlerResponse::Unhandled;
     const std::optional<std::string> token = bearer_token(req.get_header_value("Authorization"));
     if (token && keys_equal(*token, ctx.options.api_key)) return httplib::Server::HandlerResponse::Unhandled;
     res.set_header("WWW-Authenticate", "Bearer");

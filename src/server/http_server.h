@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct ServerOptions {
   std::string model_id;                   // the name /v1/models lists and responses carry
   std::vector<std::string> model_aliases; // other `model` values accepted (e.g. the path as given)
   int http_threads = 0;                   // 0: enough for every running and waiting request, plus a few
+  uint64_t mem_budget_bytes = 0;          // --mem-budget, all models together (0: none); GET /v1/stats reports it
 };
 
 class ApiServer {

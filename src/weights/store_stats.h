@@ -14,6 +14,7 @@ struct LayerCacheStats {
   uint64_t prefetched = 0;  // unit was read ahead (prefetch, next layer, speculation) and had landed
   uint64_t inflight = 0;    // a read ahead was under way: waited for it
   uint64_t misses = 0;      // read on demand
+  uint64_t wait_ns = 0;     // time compute waited for this layer's reads (its share of StoreStats::io_wait_ns)
   uint64_t lookups() const { return hits + prefetched + inflight + misses; }
 };
 

@@ -287,7 +287,7 @@ class StreamingStoreImpl final : public StreamingStore {
           if (first) policy_->on_access(s.meta, tick);
           s.unused_prefetch = false;
           ++s.pins;
-          if (waited_from) stats_.io_wait_ns += now_ns() - waited_from;
+          if (waited_from) add_wait(u.layer, now_ns() - waited_from);
           return s.mem + w.offset;
         }
         // A prefetch is reading it: wait (pinned, so it stays).
@@ -322,10 +322,16 @@ class StreamingStoreImpl final : public StreamingStore {
       }
       lock.lock();
       s.state = SlotState::Ready;
-      stats_.io_wait_ns += now_ns() - waited_from;
+      add_wait(u.layer, now_ns() - waited_from);
       ready_cv_.notify_all();
       return s.mem + w.offset;
     }
+  }
+
+  // Compute waited `ns` for a read of `layer` (under mu_).
+  void add_wait(int layer, uint64_t ns) {
+    stats_.io_wait_ns += ns;
+    stats_.layers[layer].wait_ns += ns;
   }
 
   void unpin(const TensorEntry& t) override {

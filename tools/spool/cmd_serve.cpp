@@ -108,6 +108,7 @@ void serve(const ServeOptions& o) {
   so.port = o.port;
   so.api_key = key;
   so.max_body_bytes = o.max_body;
+  so.mem_budget_bytes = o.model_flags.mem_budget.empty() ? 0 : parse_size(o.model_flags.mem_budget);
   const auto aliases_of = [](const Loaded& l) {
     std::vector<std::string> a{l.path};
     if (l.id != model_id_of(l.path)) a.push_back(model_id_of(l.path));
@@ -135,6 +136,7 @@ void serve(const ServeOptions& o) {
   std::fprintf(stderr, "spool: serving %s on http://%s:%d%s\n", names.c_str(), o.host.c_str(), port,
                key.empty() ? "" : " (API key required)");
   std::fprintf(stderr, "spool: pipeline store %s (max %d runs at once)\n", store.dir().c_str(), o.max_runs);
+  std::fprintf(stderr, "spool: web UI at http://%s:%d/\n", o.host.c_str(), port);
   std::fflush(stderr);
   runner.start();
 
@@ -159,7 +161,7 @@ void serve(const ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API, with a web UI at /");
   cmd->add_option("-m,--model", o->models,
                   "Model: GGUF file or Hugging Face directory, optionally ALIAS=PATH (the name clients and pipeline "
                   "specs use); repeat for several models (the first is the default; --mem-budget is split equally); "

@@ -1,0 +1,109 @@
+// GET /v1/stats: counters since start, per served model (engine: requests,
+// tokens, KV blocks, prefix-cache hits, latency histograms; --mem-budget; the
+// weight store when it streams: bytes read, cache lookups and hits per layer,
+// I/O wait, its share of the budget and its arena), the process's resident memory, pipeline runs and HTTP
+// responses. Totals only: a client takes differences between two polls for
+// rates (`time` is the server's clock, seconds, for the divisor).
+#include "server/stats_handler.h"
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "server/openai_format.h"
+#include "server/server_context.h"
+
+namespace spool::server {
+
+namespace {
+
+// VmRSS and VmHWM of this process, bytes (0 when unknown).
+std::pair<uint64_t, uint64_t> process_memory() {
+  std::ifstream in("/proc/self/status");
+  uint64_t rss = 0, peak = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("VmRSS:")) rss = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+    if (line.starts_with("VmHWM:")) peak = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return {rss, peak};
+}
+
+json histogram_json(const LatencyHistogram& h) {
+  json buckets = json::array();
+  for (size_t i = 0; i < h.bounds().size(); ++i) buckets.push_back({{"le", h.bounds()[i]}, {"count", h.cumulative(i)}});
+  return {{"count", h.count()}, {"sum", h.sum()}, {"buckets", buckets}};
+}
+
+json engine_json(const EngineStats& s) {
+  return {{"running", s.running},
+          {"waiting", s.waiting},
+          {"requests_finished", s.requests_finished},
+          {"prompt_tokens", s.prompt_tokens},
+          {"generated_tokens", s.generated_tokens},
+          {"prefix_hit_tokens", s.prefix_hit_tokens},
+          {"kv_blocks_total", s.kv_blocks_total},
+          {"kv_blocks_used", s.kv_blocks_used},
+          {"kv_blocks_cached", s.kv_blocks_cached},
+          {"kv_bytes", s.kv_bytes},
+          {"preemptions", s.preemptions},
+          {"ttft_seconds", histogram_json(s.ttft)},
+          {"inter_token_seconds", histogram_json(s.inter_token)}};
+}
+
+json weights_json(const StoreStats& w) {
+  json layers = json::array();
+  uint64_t lookups = 0, hits = 0;
+  for (const LayerCacheStats& l : w.layers) {
+    layers.push_back({{"hits", l.hits}, {"prefetched", l.prefetched}, {"inflight", l.inflight}, {"misses", l.misses},
+                      {"wait_seconds", (double)l.wait_ns / 1e9}});
+    lookups += l.lookups();
+    hits += l.hits + l.prefetched;
+  }
+  return {{"bytes_read", w.bytes_read},         {"load_bytes", w.load_bytes},
+          {"read_requests", w.requests},        {"io_wait_seconds", (double)w.io_wait_ns / 1e9},
+          {"evictions", w.evictions},           {"lookups", lookups},
+          {"hits", hits},                       {"prefetch_issued", w.prefetch_issued},
+          {"spec_predicted", w.spec_predicted}, {"spec_correct", w.spec_correct},
+          {"weight_budget_bytes", w.budget_bytes}, {"arena_bytes", w.arena_bytes},
+          {"resident_bytes", w.resident_bytes}, {"layers", layers}};
+}
+
+json stats_json(ServerContext& ctx) {
+  json models = json::array();
+  for (const auto& m : ctx.models) {
+    const WeightStore& store = m->engine->model().weights();
+    models.push_back({{"id", m->id},
+                      {"engine", engine_json(m->engine->stats())},
+                      {"weights", store.streaming() ? weights_json(store.stats_snapshot()) : json(nullptr)}});
+  }
+  const auto [rss, peak] = process_memory();
+  json http = json::object();
+  for (const auto& [status, n] : ctx.counters.snapshot()) http[std::to_string(status)] = n;
+  json pipelines = nullptr;
+  if (ctx.runner) {
+    const agents::RunnerStats s = ctx.runner->stats();
+    pipelines = {{"queued", s.queued},         {"running", s.running},           {"steps_done", s.steps_done},
+                 {"steps_failed", s.steps_failed}, {"retries", s.retries}};
+  }
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return {{"object", "stats"},
+          {"time", now},
+          {"uptime_seconds", now - (double)ctx.created},
+          {"process", {{"rss_bytes", rss}, {"peak_rss_bytes", peak}}},
+          {"mem_budget_bytes", ctx.options.mem_budget_bytes},
+          {"models", models},
+          {"pipelines", pipelines},
+          {"http_responses", http}};
+}
+
+}  // namespace
+
+void add_stats_routes(ServerContext& ctx) {
+  ctx.http.Get("/v1/stats", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(dump_json(stats_json(c)), "application/json");
+  }));
+}
+
+}  // namespace spool::server
