@@ -52,8 +52,8 @@ const loop = sampleLoop();
 const r = await fetch(`${url}/v1/pipelines`, { method: 'POST', body: JSON.stringify(spec) });
 const { id } = await r.json();
 if (!r.ok) throw new Error(JSON.stringify(id));
-// Per executor: time of its first token event and of its output event.
-const first = {}, done = {}, tokens = {};
+// Per executor: the times of its token events and of its output event.
+const first = {}, done = {}, tokens = {}, times = {};
 const res = await fetch(`${url}/v1/pipelines/${id}/events`);
 const reader = res.body.getReader();
 let buf = '', finished = false;
@@ -70,7 +70,10 @@ while (!finished) {
     const ev = JSON.parse(data.slice(6));
     const t = now();
     if (!/^e\d$/.test(ev.agent ?? '')) { if (ev.type === 'done') finished = true; continue; }
-    if (ev.type === 'token' && first[ev.agent] === undefined) first[ev.agent] = t;
+    if (ev.type === 'token') {
+      if (first[ev.agent] === undefined) first[ev.agent] = t;
+      (times[ev.agent] ??= []).push(t);
+    }
     if (ev.type === 'output') { done[ev.agent] = t; tokens[ev.agent] = ev.tokens; }
   }
 }
@@ -80,13 +83,15 @@ await loop;
 const run = await (await fetch(`${url}/v1/pipelines/${id}`)).json();
 if (run.status !== 'completed') throw new Error(JSON.stringify(run));
 
-// Decode windows: batched, from the first executor's first token to the last one's end; sequential, each executor's
-// own first token to its end, summed. The first token of each executor belongs to its prefill and is not counted.
+// Decode windows, prefill excluded: batched, while all executors decode together (from the last one's first token to
+// the first one's end); sequential, each executor from its own first token to its end, summed. Tokens: the token
+// events inside the windows (a token whose text is held back as an incomplete UTF-8 sequence shows up with the next).
 const names = Object.keys(done).sort();
 const windows = mode === 'batched'
-  ? [[Math.min(...names.map((n) => first[n])), Math.max(...names.map((n) => done[n]))]]
+  ? [[Math.max(...names.map((n) => first[n])), Math.min(...names.map((n) => done[n]))]]
   : names.map((n) => [first[n], done[n]]);
-const decodeTokens = names.reduce((s, n) => s + tokens[n] - 1, 0);
+const decodeTokens = names.reduce((s, n) => s + windows.reduce(
+  (c, [a, b]) => c + times[n].filter((t) => t > a && t <= b).length, 0), 0);
 const seconds = windows.reduce((s, [a, b]) => s + (b - a), 0);
 const delta = (k) => windows.reduce((s, [a, b]) => s + at(b, k) - at(a, k), 0);
 const out = {

@@ -10,7 +10,7 @@
 # usage: bench/agents_moe.sh MODEL
 #   MODEL e.g. `spool synth --arch deepseek2 --preset kimi-k2-scaled --n-expert 384 --target-size 12G --type Q4_K -o F`
 # environment: SPOOL_BIN=build/spool DEVSIM=../shared/tools/devsim MEM=4G MEM_BUDGET=3500M (spool's --mem-budget) READ_BW=1G THREADS=2 MAX_TOKENS=16
-#              ROUNDS=1 PORT=18420 SPOOL_BENCH_DIR=/tmp/spool-bench
+#              ROUNDS=1 PORT=18420 SPOOL_BENCH_DIR=/tmp/spool-bench SERVE_ARGS="--cache-policy lfu" (more serve flags)
 set -euo pipefail
 die() { echo "agents_moe: $*" >&2; exit 1; }
 [ $# -eq 1 ] || die "usage: $0 MODEL"
@@ -20,7 +20,7 @@ SPOOL=$(realpath "${SPOOL_BIN:-$REPO/build/spool}")
 DEVSIM=${DEVSIM:-$REPO/../shared/tools/devsim}
 MEM=${MEM:-4G}; MEM_BUDGET=${MEM_BUDGET:-3500M}; READ_BW=${READ_BW:-1G}; THREADS=${THREADS:-2}; MAX_TOKENS=${MAX_TOKENS:-16}; ROUNDS=${ROUNDS:-1}
 PORT=${PORT:-18420}
-export MEM_BUDGET
+export MEM_BUDGET SERVE_ARGS
 trap 'pkill -INT -f "serve -m $MODEL --mem-budget $MEM_BUDGET" 2>/dev/null || true' EXIT
 DIR=${SPOOL_BENCH_DIR:-/tmp/spool-bench}; mkdir -p "$DIR"
 RUN=$(mktemp -d "$DIR/agents-moe-XXXXXX")
@@ -32,7 +32,7 @@ run_mode() {  # $1 batched | sequential
   local mode=$1 data; data=$(mktemp -d "$RUN/data-XXXXXX")
   "$DEVSIM" --mem "$MEM" --read-bw "$READ_BW" --path "$MODEL" --cold --report "$RUN/devsim-$mode.json" -- \
     "$SPOOL" serve -m "$MODEL" --mem-budget "$MEM_BUDGET" -t "$THREADS" --parallel 4 -c 1024 --port "$PORT" \
-    --data-dir "$data" 2>>"$RUN/spool-$mode.log" &
+    --data-dir "$data" ${SERVE_ARGS:-} 2>>"$RUN/spool-$mode.log" &
   local pid=$!; wait_up
   node "$REPO/bench/agents_moe.mjs" "http://127.0.0.1:$PORT" "$mode" "$MAX_TOKENS" | tee -a "$RUN/raw.jsonl"
   pkill -INT -f "serve -m $MODEL --mem-budget $MEM_BUDGET -t $THREADS --parallel 4 -c 1024 --port $PORT" || true
@@ -51,7 +51,7 @@ med = lambda m, k: statistics.median(r[k] for r in rows if r["mode"] == m)
 peaks = {m: json.load(open(os.path.join(run, f"devsim-{m}.json")))["peak_mem_bytes"] / 2**20 for m in ("batched", "sequential")}
 print(f"\nModel {sys.argv[2].split('/')[-1]} ({os.path.getsize(sys.argv[2]) / 1e9:.2f} GB), devsim --mem {sys.argv[3]} "
       f"--read-bw {sys.argv[4]} --cold (spool --mem-budget {os.environ.get('MEM_BUDGET', '3500M')}), {sys.argv[5]} threads, {sys.argv[6]} tokens per executor, "
-      f"medians of {sum(r['mode'] == 'batched' for r in rows)} round(s)\n")
+      f"medians of {sum(r['mode'] == 'batched' for r in rows)} round(s); serve flags: {os.environ.get('SERVE_ARGS') or 'defaults'}\n")
 print("| executors | decode tokens | decode s | aggregate tok/s | MB read / token | expert+tensor lookups / token | hit rate | devsim peak MiB |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for name, m in (("4 in one batch", "batched"), ("4 one at a time (each alone)", "sequential")):

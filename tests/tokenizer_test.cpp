@@ -251,6 +251,14 @@ long regex_match(const std::string& pattern, const std::string& text) {
   return re.match_at(cpts.data(), 0, cpts.size(), 0, &end) ? static_cast<long>(end) : -1;
 }
 
+TEST(Unicode, ValidUtf8ReplacesOnlyMalformedBytes) {
+  EXPECT_EQ(unicode::valid_utf8("plain \xc3\xa9t\xc3\xa9 \xf0\x9f\x99\x82"), "plain \xc3\xa9t\xc3\xa9 \xf0\x9f\x99\x82");
+  EXPECT_EQ(unicode::valid_utf8("a\xf7" "b"), "a\xef\xbf\xbd" "b");          // not a lead byte
+  EXPECT_EQ(unicode::valid_utf8("\x80"), "\xef\xbf\xbd");                   // stray continuation
+  EXPECT_EQ(unicode::valid_utf8("\xe2\x82"), "\xef\xbf\xbd\xef\xbf\xbd");  // cut short
+  EXPECT_EQ(unicode::valid_utf8(""), "");
+}
+
 TEST(UnicodeRegex, SemanticsNeededByPreTokenizers) {
   EXPECT_EQ(regex_match(R"(\s+(?!\S))", "   x"), 2);  // keeps the last space for the next word
   EXPECT_EQ(regex_match(R"(\s+(?!\S))", "   "), 3);

@@ -11,6 +11,7 @@
 #include "agents/prompt_template.h"
 #include "agents/run_state.h"
 #include "model/model.h"
+#include "model/unicode_util.h"
 
 namespace spool::agents {
 
@@ -427,9 +428,11 @@ RunExecutor::StepResult RunExecutor::generate(const AgentSpec& a, const AgentMod
       evs.swap(box->events);
     }
     for (const RequestEvent& ev : evs) {
-      r.output += ev.text;
-      if (stream_tokens && !ev.text.empty())
-        emit_token({{"type", "token"}, {"agent", a.name}, {"round", round}, {"text", ev.text}});
+      // A model may emit bytes that are not UTF-8 (a stray byte token): outputs are stored and sent as JSON text.
+      const std::string text = unicode::valid_utf8(ev.text);
+      r.output += text;
+      if (stream_tokens && !text.empty())
+        emit_token({{"type", "token"}, {"agent", a.name}, {"round", round}, {"text", text}});
       if (!ev.finished) continue;
       finished = true;
       r.prompt_tokens = ev.prompt_tokens;

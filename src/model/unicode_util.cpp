@@ -89,6 +89,13 @@ void append_utf8(std::string& out, uint32_t c) {
   }
 }
 
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t pos = 0; pos < s.size();) append_utf8(out, decode_utf8(s, pos));
+  return out;
+}
+
 std::string encode_utf8(uint32_t cpt) {
   std::string s;
   append_utf8(s, cpt);

@@ -25,6 +25,8 @@ uint32_t decode_utf8(std::string_view s, size_t& pos);
 std::vector<uint32_t> decode_utf8(std::string_view s);
 void append_utf8(std::string& out, uint32_t cpt);
 std::string encode_utf8(uint32_t cpt);
+// `s` with every malformed byte replaced by U+FFFD (valid text unchanged).
+std::string valid_utf8(std::string_view s);
 
 // General categories as a bit mask (bit = utf8proc category number), so that a
 // class like \p{L} is one AND.

@@ -239,7 +239,7 @@ void BatchRunner::execute(const std::string& id) {
              {"custom_id", lines[i].custom_id},
              {"response", {{"status_code", status_code}, {"request_id", request_id}, {"body", body}}},
              {"error", nullptr}};
-    st.output = out.dump();
+    st.output = dump_json(out);  // model text may hold bytes that are not UTF-8: replaced, not an exception
     st.finished_at = agents::unix_now();
     store_.put_step(id, st);
     done.emplace(st.agent, st);
