@@ -10,6 +10,9 @@
 // Token counts come from the final chunk's usage (stream_options.include_usage);
 // a server that sends none is counted by content chunks. Plain fetch, no npm
 // dependencies, so it measures any server the same way.
+// SERVE_LOAD_EXTRA (a JSON object) is merged into every request body, e.g. a
+// json_schema for bench/structured_compare.sh; a constrained request does not
+// set ignore_eos (the grammar ends it).
 // usage: node bench/serve_load.mjs URL CONCURRENCY MAX_TOKENS [WAVES]
 const [url, concurrencyArg, maxTokensArg, wavesArg] = process.argv.slice(2);
 if (!url || !concurrencyArg || !maxTokensArg) {
@@ -19,6 +22,8 @@ if (!url || !concurrencyArg || !maxTokensArg) {
 const concurrency = Number(concurrencyArg);
 const maxTokens = Number(maxTokensArg);
 const waves = Number(wavesArg ?? 1);
+const extra = process.env.SERVE_LOAD_EXTRA ? JSON.parse(process.env.SERVE_LOAD_EXTRA) : {};
+const constrained = 'json_schema' in extra || 'grammar' in extra || 'response_format' in extra;
 const subjects = ['a dog', 'a cat', 'the sea', 'a king', 'the moon', 'a robot', 'a tree', 'a city'];
 
 async function one(i) {
@@ -30,9 +35,10 @@ async function one(i) {
       prompt: `Write a story about ${subjects[i % subjects.length]} (${i}):`,
       max_tokens: maxTokens,
       temperature: 0,
-      ignore_eos: true,
+      ignore_eos: !constrained,
       stream: true,
       stream_options: { include_usage: true },
+      ...extra,
     }),
   });
   if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${await res.text()}`);

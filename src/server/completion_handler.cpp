@@ -44,7 +44,28 @@ struct StreamState {
   bool finished = false;
   bool role_sent = false;
   size_t text_sent = 0;
+  // Tool calls: text is held back while it may still be a tool call.
+  enum class ToolPhase { Undecided, Text } tool_phase = ToolPhase::Undecided;
+  std::string held;
 };
+
+// With tools active, turns an event into what may be sent now: nothing while
+// the output may still be a tool call, the held text once it cannot be, and
+// the tool-call chunks when the request finishes as one.
+std::vector<json> tool_aware_chunks(StreamState& st, const RequestEvent& ev, const TokenText& text) {
+  if (!st.meta.tools || st.tool_phase == StreamState::ToolPhase::Text)
+    return event_chunks(st.meta, ev, text, st.text_sent, st.include_usage);
+  st.held += ev.text;
+  if (ev.finished && ev.reason != FinishReason::Length)
+    if (auto calls = parse_tool_calls(st.held, st.meta.tool_style))
+      return tool_call_chunks(st.meta, *calls, st.include_usage);
+  if (!ev.finished && may_be_tool_call(st.held, st.meta.tool_style)) return {};
+  st.tool_phase = StreamState::ToolPhase::Text;
+  RequestEvent as_text = ev;
+  as_text.text = std::move(st.held);
+  st.held.clear();
+  return event_chunks(st.meta, as_text, text, st.text_sent - (as_text.text.size() - ev.text.size()), st.include_usage);
+}
 
 // Runs on the connection's thread until the request finishes or the client is gone.
 bool stream_events(StreamState& st, httplib::DataSink& sink) {
@@ -75,7 +96,7 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
         sink.done();
         return true;
       }
-      for (const json& chunk : event_chunks(st.meta, ev, text, st.text_sent, st.include_usage))
+      for (const json& chunk : tool_aware_chunks(st, ev, text))
         if (!write(sse_data(chunk))) return cancel();
       st.text_sent += ev.text.size();
       if (!ev.finished) continue;
@@ -128,7 +149,8 @@ bool send_whole(WholeState& st, httplib::DataSink& sink) {
 
 void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
   const json body = parse_json_body(req);
-  const ApiRequest api = parse_api_request(body, endpoint);
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  const ApiRequest api = parse_api_request(body, endpoint, ordered.is_object() ? &ordered : nullptr);
   ServedModel& served = resolve_model(ctx, api.model);
   RequestParams params = to_request_params(api, served.prompt_context());
 
@@ -138,6 +160,8 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   meta.created = (int64_t)std::time(nullptr);
   meta.model = served.id;
   meta.logprobs = api.top_logprobs >= 0;
+  meta.tools = endpoint == Endpoint::ChatCompletions && api.structured.tools_active();
+  meta.tool_style = tool_call_style(served.chat_template.get());
 
   auto channel = std::make_shared<RequestChannel>();
   const RequestId id = submit(*served.engine, std::move(params), channel);

@@ -98,6 +98,16 @@ json completion_response(const ResponseMeta& m, const Generation& g, const Token
   json choice = {{"index", 0}, {"logprobs", lp}, {"finish_reason", openai_finish_reason(g.reason)}};
   if (chat) choice["message"] = {{"role", "assistant"}, {"content", g.text}, {"refusal", nullptr}};
   else choice["text"] = g.text;
+  if (chat && m.tools && g.reason != FinishReason::Length) {
+    if (auto calls = parse_tool_calls(g.text, m.tool_style)) {
+      json list = json::array();
+      for (const ToolCall& c : *calls)
+        list.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      choice["message"]["content"] = nullptr;
+      choice["message"]["tool_calls"] = list;
+      choice["finish_reason"] = "tool_calls";
+    }
+  }
   out["choices"] = json::array({choice});
   out["usage"] = usage_json(g.prompt_tokens, g.cached_tokens, g.completion_tokens);
   return out;
@@ -132,6 +142,26 @@ std::vector<json> event_chunks(const ResponseMeta& m, const RequestEvent& ev, co
   }
   if (ev.finished)
     chunks.push_back(chunk(chat ? json::object() : json(""), nullptr, openai_finish_reason(ev.reason)));
+  return chunks;
+}
+
+std::vector<json> tool_call_chunks(const ResponseMeta& m, const std::vector<ToolCall>& calls, bool include_usage) {
+  const auto chunk = [&](const json& delta, const json& finish) {
+    json out = base_object(m, "chat.completion.chunk");
+    out["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}});
+    if (include_usage) out["usage"] = nullptr;
+    return out;
+  };
+  std::vector<json> chunks;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const ToolCall& c = calls[k];
+    chunks.push_back(chunk({{"tool_calls", json::array({{{"index", k}, {"id", c.id}, {"type", "function"},
+                                                          {"function", {{"name", c.name}, {"arguments", ""}}}}})}},
+                           nullptr));
+    chunks.push_back(
+        chunk({{"tool_calls", json::array({{{"index", k}, {"function", {{"arguments", c.arguments}}}}})}}, nullptr));
+  }
+  chunks.push_back(chunk(json::object(), "tool_calls"));
   return chunks;
 }
 

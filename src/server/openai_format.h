@@ -26,6 +26,8 @@ struct ResponseMeta {
   int64_t created = 0;   // Unix seconds
   std::string model;
   bool logprobs = false; // the request asked for logprobs
+  bool tools = false;    // chat with active tools: the output may be tool calls
+  ToolCallStyle tool_style;
 };
 
 // What a finished request produced, gathered from its events.
@@ -58,6 +60,9 @@ json role_chunk(const ResponseMeta& m, bool include_usage);  // chat only: delta
 std::vector<json> event_chunks(const ResponseMeta& m, const RequestEvent& ev, const TokenText& text,
                                size_t text_offset, bool include_usage);
 json usage_chunk(const ResponseMeta& m, const RequestEvent& final_event);
+// A streamed answer that is tool calls: per call a chunk with its id, type and
+// name (arguments ""), then one with its arguments, then finish_reason "tool_calls".
+std::vector<json> tool_call_chunks(const ResponseMeta& m, const std::vector<ToolCall>& calls, bool include_usage);
 
 // "data: <json>\n\n"; invalid UTF-8 (a token's half character) is replaced, never thrown on.
 std::string sse_data(const json& j);
