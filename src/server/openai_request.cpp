@@ -203,6 +203,11 @@ ApiRequest parse_api_request(const json& body, Endpoint endpoint, const nlohmann
 RequestParams to_request_params(const ApiRequest& r, const PromptContext& ctx) {
   const Tokenizer& tok = *ctx.tokenizer;
   RequestParams p;
+  // The grammar first: a bad schema is reported whatever else is wrong.
+  const bool constrained = r.structured.tools_active() || r.structured.format != StructuredRequest::Format::Text;
+  if (constrained && !ctx.grammars)
+    throw bad_param("response_format", "structured output is not available on this route");
+  if (constrained) p.grammar = request_grammar(r.structured, *ctx.grammars, tool_call_style(ctx.chat_template));
   if (r.endpoint == Endpoint::ChatCompletions) {
     if (!ctx.chat_template)
       throw ApiError(400, "the model has no chat template; use /v1/completions", "invalid_request_error",
@@ -240,10 +245,6 @@ RequestParams to_request_params(const ApiRequest& r, const PromptContext& ctx) {
   p.stop = r.stop;
   p.ignore_eos = r.ignore_eos;
   p.top_logprobs = r.top_logprobs;
-  const bool constrained = r.structured.tools_active() || r.structured.format != StructuredRequest::Format::Text;
-  if (constrained && !ctx.grammars)
-    throw bad_param("response_format", "structured output is not available on this route");
-  if (constrained) p.grammar = request_grammar(r.structured, *ctx.grammars, tool_call_style(ctx.chat_template));
   return p;
 }
 

@@ -138,7 +138,9 @@ test('json_object mode gives a JSON object', async () => {
   for (let i = 0; i < 5; ++i) {
     const r = await complete({ temperature: 0.8, seed: i, max_tokens: 1500, response_format: { type: 'json_object' } });
     assert.equal(r.status, 200);
-    if (r.json.choices[0].finish_reason !== 'stop') continue;  // an unbounded object may run to max_tokens
+    assert.ok(r.json.choices[0].text.startsWith('{'), r.json.choices[0].text);
+    // stories260K rarely closes a free-form object; one that runs to max_tokens is a prefix of one.
+    if (r.json.choices[0].finish_reason !== 'stop') continue;
     const v = JSON.parse(r.json.choices[0].text);
     assert.equal(typeof v, 'object');
     assert.ok(v !== null && !Array.isArray(v));

@@ -80,7 +80,7 @@ for (const [label, template] of [
 
   test(`${label}: setup`, async () => {
     model = qwen2TinyWithTemplate(template);
-    server = await startServer(model.dir);
+    server = await startServer(model.dir, ['-c', '1024']);  // the fixture's 256 positions do not hold the tool list
     client = server.client();
   });
 
