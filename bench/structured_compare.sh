@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Constrained decoding speed, spool serve vs llama.cpp's llama-server, in one
 # run (GUIDE.md section 5): decode tok/s without a schema, with a nested
-# object schema of 10 fields, and with an array of 24 picks from a 100-word
+# object schema of 10 fields, and with an array of 12 picks from a 100-word
 # enum, at concurrency 1 and 8, each server in turn (order alternating per
 # round). bench/serve_load.mjs fires the streamed /v1/completions requests
 # (greedy; the schema goes in llama-server's `json_schema` field, which spool
@@ -12,7 +12,8 @@
 #   MODEL         GGUF file, e.g. /tmp/spool-bench/tinyllama-1.1b-Q4_0.gguf
 #   LLAMA_SERVER  llama.cpp's llama-server binary
 # environment (defaults): SPOOL_BIN=build/spool  SPOOL_BENCH_DIR=/tmp/spool-bench  THREADS=2
-#   CTX=512 (per sequence)  MAX_TOKENS=96  ROUNDS=2  CONCURRENCY="1 8"  PORT=18400
+#   CTX=512 (per sequence)  MAX_TOKENS=96 (free text, ignore_eos)  SCHEMA_MAX_TOKENS=400 (enough for a
+#   constrained answer to finish: llama-server answers a cut-off one with a 500)  ROUNDS=2  CONCURRENCY="1 8"  PORT=18400
 #   SPOOL_ISA (passed through: set avx2 to compare with an AVX2-only llama.cpp build)
 set -euo pipefail
 
@@ -29,6 +30,7 @@ DIR=${SPOOL_BENCH_DIR:-/tmp/spool-bench}
 THREADS=${THREADS:-2}
 CTX=${CTX:-512}
 MAX_TOKENS=${MAX_TOKENS:-96}
+SCHEMA_MAX_TOKENS=${SCHEMA_MAX_TOKENS:-400}
 ROUNDS=${ROUNDS:-2}
 CONCURRENCY=${CONCURRENCY:-"1 8"}
 PORT=${PORT:-18400}
@@ -51,7 +53,7 @@ nested = {"type": "object", "additionalProperties": False, "properties": {
     "note": s}}
 nested["required"] = list(nested["properties"])
 words = [f"word{i:03d}" for i in range(100)]
-enum = {"type": "array", "items": {"enum": words}, "minItems": 24, "maxItems": 24}
+enum = {"type": "array", "items": {"enum": words}, "minItems": 12, "maxItems": 12}
 json.dump({}, open(f"{run}/free.json", "w"))
 json.dump({"json_schema": nested}, open(f"{run}/nested.json", "w"))
 json.dump({"json_schema": enum}, open(f"{run}/enum.json", "w"))
@@ -86,11 +88,15 @@ measure() {  # name round
   wait_ready "$1"
   node "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" 1 8 >/dev/null  # warm-up
   for mode in free nested enum; do
-    # Warm the grammar (compile + first masks) as a server would be after its first request.
-    SERVE_LOAD_EXTRA=$(cat "$RUN/$mode.json") node "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" 1 8 >/dev/null
+    local n=$MAX_TOKENS
+    if [ "$mode" != free ]; then
+      n=$SCHEMA_MAX_TOKENS
+      # Warm the grammar (compile + first masks) as a server would be after its first request.
+      SERVE_LOAD_EXTRA=$(cat "$RUN/$mode.json") node "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" 1 "$n" >/dev/null
+    fi
     for c in $CONCURRENCY; do
       echo "== round $2/$ROUNDS $1 $mode concurrency $c" >&2
-      SERVE_LOAD_EXTRA=$(cat "$RUN/$mode.json") node "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" "$c" "$MAX_TOKENS" |
+      SERVE_LOAD_EXTRA=$(cat "$RUN/$mode.json") node "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" "$c" "$n" |
         sed "s/^{/{\"mode\":\"$mode\",/" | tee -a "$RUN/$1.jsonl" >&2
     done
   done

@@ -90,9 +90,33 @@ TEST(JsonSchema, EmptySchemaAndJsonObjectMode) {
   EXPECT_FALSE(obj.matches("[1]"));
 }
 
+TEST(JsonSchema, IntegerRanges) {
+  struct Case { const char* schema; int64_t lo, hi; };
+  for (const Case& c : {Case{R"({"type": "integer", "minimum": 0, "maximum": 100})", 0, 100},
+                        Case{R"({"type": "integer", "minimum": -37, "maximum": 1234})", -37, 1234},
+                        Case{R"({"type": "integer", "exclusiveMinimum": 5, "exclusiveMaximum": 17})", 6, 16},
+                        Case{R"({"type": "integer", "minimum": -250, "maximum": -19})", -250, -19},
+                        Case{R"({"type": "integer", "minimum": 1.5, "maximum": 9.5})", 2, 9}}) {
+    CompiledGrammar g = schema_grammar(c.schema);
+    for (int64_t v = c.lo - 300; v <= c.hi + 300; ++v)
+      EXPECT_EQ(g.matches(std::to_string(v)), v >= c.lo && v <= c.hi) << c.schema << " " << v;
+    EXPECT_FALSE(g.matches("007"));
+    EXPECT_FALSE(g.matches("-0"));
+  }
+  CompiledGrammar open_above = schema_grammar(R"({"type": "integer", "minimum": 10})");
+  EXPECT_TRUE(open_above.matches("10"));
+  EXPECT_TRUE(open_above.matches("123456789012"));
+  EXPECT_FALSE(open_above.matches("9"));
+  EXPECT_FALSE(open_above.matches("-12"));
+}
+
 TEST(JsonSchema, ErrorsNameKeywordAndPlace) {
-  EXPECT_NE(schema_error(R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}})")
-                .find("#/properties/a: 'minimum' is not supported"),
+  EXPECT_NE(schema_error(R"({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}})")
+                .find("#/properties/a: 'minimum' is supported on integers, not on numbers"),
+            std::string::npos);
+  EXPECT_NE(schema_error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer lies between"),
+            std::string::npos);
+  EXPECT_NE(schema_error(R"({"type": "array", "uniqueItems": true})").find("'uniqueItems' is not supported"),
             std::string::npos);
   EXPECT_NE(schema_error(R"({"type": "strin"})").find("unknown type 'strin'"), std::string::npos);
   EXPECT_NE(schema_error(R"({"$ref": "#/$defs/missing"})").find("does not point into this schema"),

@@ -3,6 +3,7 @@
 #include "grammar/json_schema.h"
 
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -30,7 +31,7 @@ json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
 )";
 
 const std::set<std::string> kUnsupported = {
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "not", "if", "then", "else",
+    "multipleOf", "not", "if", "then", "else",
     "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "minProperties",
     "maxProperties", "uniqueItems", "contains", "minContains", "maxContains", "prefixItems", "unevaluatedProperties",
     "unevaluatedItems", "additionalItems"};
@@ -146,11 +147,79 @@ class SchemaConverter {
     if (type == "object") return visit_object(s, where, hint);
     if (type == "array") return visit_array(s, where, hint);
     if (type == "string") return visit_string(s, where, hint);
-    if (type == "integer") return "json-integer";
-    if (type == "number") return "json-number";
+    if (type == "integer") return visit_integer(s, where, hint);
+    if (type == "number") {
+      for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+        if (s.contains(kw)) fail(where, std::string("'") + kw + "' is supported on integers, not on numbers");
+      return "json-number";
+    }
     if (type == "boolean") return "json-boolean";
     if (type == "null") return "json-null";
     fail(where, "unknown type '" + type + "'");
+  }
+
+  // minimum/maximum (and the exclusive forms) as a grammar over the decimal digits.
+  std::string visit_integer(const json& s, const std::string& where, const std::string& hint) {
+    constexpr int64_t kLimit = 9999999999999999;  // 16 digits, as json-integer
+    int64_t lo = -kLimit, hi = kLimit;
+    bool bounded = false;
+    const auto bound = [&](const char* kw, bool upper, int64_t shift) {
+      auto it = s.find(kw);
+      if (it == s.end()) return;
+      if (!it->is_number()) fail(where, std::string("'") + kw + "' must be a number");
+      const double v = it->get<double>();
+      if (!(std::fabs(v) < 1e16)) return;  // beyond what the grammar generates anyway
+      const int64_t x = upper ? (int64_t)std::floor(v) - (shift && v == std::floor(v) ? 1 : 0)
+                              : (int64_t)std::ceil(v) + (shift && v == std::ceil(v) ? 1 : 0);
+      if (upper) hi = std::min(hi, x);
+      else lo = std::max(lo, x);
+      bounded = true;
+    };
+    bound("minimum", false, 0);
+    bound("exclusiveMinimum", false, 1);
+    bound("maximum", true, 0);
+    bound("exclusiveMaximum", true, 1);
+    if (!bounded) return "json-integer";
+    if (lo > hi) fail(where, "no integer lies between the minimum and the maximum");
+    std::vector<std::string> alts;
+    if (lo < 0) alts.push_back("\"-\" " + digits_range(std::max<int64_t>(1, -std::min<int64_t>(hi, -1)), -lo));
+    if (hi >= 0) alts.push_back(digits_range(std::max<int64_t>(0, lo), hi));
+    std::string body;
+    for (size_t k = 0; k < alts.size(); ++k) body += (k ? " | " : "") + alts[k];
+    return new_rule(hint + "-int", body);
+  }
+
+  // Decimal numerals (no leading zeros) of the integers in [a, b], 0 <= a <= b.
+  static std::string digits_range(int64_t a, int64_t b) {
+    std::vector<std::string> alts;
+    int64_t pow = 1;
+    for (int len = 1; len <= 16; ++len, pow *= 10) {
+      const int64_t first = len == 1 ? 0 : pow, last = pow * 10 - 1;
+      const int64_t x = std::max(a, first), y = std::min(b, last);
+      if (x > y) continue;
+      alts.push_back(same_length(std::to_string(x), std::to_string(y)));
+    }
+    std::string out = "(";
+    for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
+    return out + ")";
+  }
+
+  // Numerals of one length between x and y (as strings, x <= y).
+  static std::string same_length(const std::string& x, const std::string& y) {
+    if (x.empty()) return "\"\"";
+    const size_t rest = x.size() - 1;
+    const auto any = [&](size_t n) { return n ? " [0-9]{" + std::to_string(n) + "}" : std::string(); };
+    if (x[0] == y[0]) return "\"" + std::string(1, x[0]) + "\" " + same_length(x.substr(1), y.substr(1));
+    if (x.find_first_not_of('0', 1) == std::string::npos && y.find_first_not_of('9', 1) == std::string::npos)
+      return "[" + std::string(1, x[0]) + "-" + std::string(1, y[0]) + "]" + any(rest);
+    std::vector<std::string> alts;
+    alts.push_back("\"" + std::string(1, x[0]) + "\" " + same_length(x.substr(1), std::string(rest, '9')));
+    if (x[0] + 1 <= y[0] - 1)
+      alts.push_back("[" + std::string(1, (char)(x[0] + 1)) + "-" + std::string(1, (char)(y[0] - 1)) + "]" + any(rest));
+    alts.push_back("\"" + std::string(1, y[0]) + "\" " + same_length(std::string(rest, '0'), y.substr(1)));
+    std::string out = "(";
+    for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
+    return out + ")";
   }
 
   size_t count(const json& s, const char* kw, const std::string& where, size_t dflt) {

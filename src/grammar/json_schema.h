@@ -1,11 +1,12 @@
 // JSON Schema -> GBNF, for the subset OpenAI's structured outputs accept:
 // type (one or a list), properties/required/additionalProperties, enum,
 // const, arrays with items/minItems/maxItems, strings with pattern (through
-// regex.h) and minLength/maxLength, integer, number, boolean, null,
+// regex.h) and minLength/maxLength, integer (with minimum/maximum and the
+// exclusive forms), number, boolean, null,
 // anyOf/oneOf, a one-element allOf, $ref into $defs/definitions (recursion
 // included), and the empty schema (any JSON value). Annotations (title,
 // description, default, examples, $schema, $id, format, ...) are ignored;
-// validation keywords the grammar cannot enforce (minimum, multipleOf,
+// validation keywords the grammar cannot enforce (number bounds, multipleOf,
 // uniqueItems, not, ...) are a GrammarError naming the keyword and where it
 // is, rather than output that would not validate.
 //

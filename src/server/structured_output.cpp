@@ -2,6 +2,7 @@
 // parsing; see structured_output.h.
 #include "server/structured_output.h"
 
+#include <cctype>
 #include <random>
 
 #include "grammar/json_schema.h"

@@ -1,6 +1,6 @@
-// Structured output through a real `spool serve`: for 16 JSON Schemas
+// Structured output through a real `spool serve`: for 18 JSON Schemas
 // (nested objects, enums, arrays, anyOf/oneOf, $ref with recursion,
-// patterns), 20 completions each sampled at temperature 1 from stories260K
+// patterns, integer ranges), 20 completions each sampled at temperature 1 from stories260K
 // must all parse and validate under ajv (a well-kept validator, not ours);
 // json_object mode, llama-server's `grammar` / `json_schema` fields, and
 // 400s that name the problem while the server keeps serving.
@@ -107,6 +107,15 @@ export const SCHEMAS = {
       { type: 'object', properties: { kind: { const: 'square' }, side: { type: 'integer' } }, required: ['kind', 'side'], additionalProperties: false },
     ],
   },
+  integer_ranges: {
+    type: 'object',
+    properties: {
+      age: { type: 'integer', minimum: 0, maximum: 120 },
+      delta: { type: 'integer', minimum: -5, maximum: 5 },
+      big: { type: 'integer', exclusiveMinimum: 1000 },
+    },
+    required: ['age', 'delta', 'big'], additionalProperties: false,
+  },
   nested_arrays: { type: 'array', maxItems: 3, items: { type: 'array', maxItems: 3, items: { type: 'boolean' } } },
 };
 
@@ -176,7 +185,8 @@ test('an invalid schema or grammar is a 400 naming the problem; the server keeps
   const cases = [
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'strng' } } } } } }, /unknown type 'strng'/, 'response_format'],
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: '#/$defs/nope' } } } }, /\$ref '#\/\$defs\/nope' does not point/, 'response_format'],
-    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'integer', minimum: 3 } } } }, /'minimum' is not supported/, 'response_format'],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'number', minimum: 3 } } } }, /'minimum' is supported on integers, not on numbers/, 'response_format'],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'array', uniqueItems: true } } } }, /'uniqueItems' is not supported/, 'response_format'],
     [{ response_format: { type: 'xml' } }, /'response_format.type' must be/, 'response_format.type'],
     [{ grammar: 'root ::= item\n' }, /'item' is used but never defined/, 'grammar'],
     [{ grammar: 'root ::= "a\n' }, /line 1, column 10: unterminated string literal/, 'grammar'],

@@ -3,13 +3,13 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli_common.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "grammar/grammar_cache.h"
-#include <nlohmann/json.hpp>
 #include "model/chat_template.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
