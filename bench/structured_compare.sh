@@ -16,6 +16,7 @@
 #   constrained answer to finish: llama-server answers a cut-off one with a 500)  ROUNDS=2  CONCURRENCY="1 8"  PORT=18400
 #   SPOOL_ISA (passed through: set avx2 to compare with an AVX2-only llama.cpp build)
 set -euo pipefail
+export SERVE_LOAD_TOLERATE_ERRORS=1
 
 die() { echo "structured_compare: $*" >&2; exit 1; }
 [ $# -eq 2 ] || die "usage: $0 MODEL LLAMA_SERVER"

@@ -6,9 +6,11 @@
 // is preceded by a space every kKeepAliveInterval (valid JSON whitespace).
 // Its request is then cancelled so its KV blocks are freed at once.
 #include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "server/openai_format.h"
+#include "server/tool_call_stream.h"
 #include "server/request_channel.h"
 #include "server/server_context.h"
 
@@ -44,27 +46,27 @@ struct StreamState {
   bool finished = false;
   bool role_sent = false;
   size_t text_sent = 0;
-  // Tool calls: text is held back while it may still be a tool call.
-  enum class ToolPhase { Undecided, Text } tool_phase = ToolPhase::Undecided;
-  std::string held;
+  // Tool calls: the first character decides (text may not start as a call
+  // does); a call is streamed through `calls` as it is generated.
+  enum class ToolPhase { Undecided, Text, Call } tool_phase = ToolPhase::Undecided;
+  std::unique_ptr<ToolCallStreamer> calls;
 };
 
-// With tools active, turns an event into what may be sent now: nothing while
-// the output may still be a tool call, the held text once it cannot be, and
-// the tool-call chunks when the request finishes as one.
+// With tools active, turns an event into the chunks to send: text as usual
+// once the output cannot be a call, tool-call deltas once it is one.
 std::vector<json> tool_aware_chunks(StreamState& st, const RequestEvent& ev, const TokenText& text) {
-  if (!st.meta.tools || st.tool_phase == StreamState::ToolPhase::Text)
-    return event_chunks(st.meta, ev, text, st.text_sent, st.include_usage);
-  st.held += ev.text;
-  if (ev.finished && ev.reason != FinishReason::Length)
-    if (auto calls = parse_tool_calls(st.held, st.meta.tool_style))
-      return tool_call_chunks(st.meta, *calls, st.include_usage);
-  if (!ev.finished && may_be_tool_call(st.held, st.meta.tool_style)) return {};
-  st.tool_phase = StreamState::ToolPhase::Text;
-  RequestEvent as_text = ev;
-  as_text.text = std::move(st.held);
-  st.held.clear();
-  return event_chunks(st.meta, as_text, text, st.text_sent - (as_text.text.size() - ev.text.size()), st.include_usage);
+  using Phase = StreamState::ToolPhase;
+  if (st.meta.tools && st.tool_phase == Phase::Undecided && !ev.text.empty()) {
+    const std::string& open = st.meta.tool_style.open;
+    st.tool_phase = ev.text[0] == (open.empty() ? '{' : open[0]) ? Phase::Call : Phase::Text;
+    if (st.tool_phase == Phase::Call) st.calls = std::make_unique<ToolCallStreamer>(st.meta.tool_style);
+  }
+  if (st.tool_phase != Phase::Call) return event_chunks(st.meta, ev, text, st.text_sent, st.include_usage);
+  std::vector<json> chunks;
+  for (const ToolCallDelta& d : st.calls->push(ev.text)) chunks.push_back(tool_call_chunk(st.meta, d, st.include_usage));
+  if (ev.finished)
+    chunks.push_back(finish_chunk(st.meta, ev.reason == FinishReason::Length ? "length" : "tool_calls", st.include_usage));
+  return chunks;
 }
 
 // Runs on the connection's thread until the request finishes or the client is gone.

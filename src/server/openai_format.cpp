@@ -145,24 +145,27 @@ std::vector<json> event_chunks(const ResponseMeta& m, const RequestEvent& ev, co
   return chunks;
 }
 
-std::vector<json> tool_call_chunks(const ResponseMeta& m, const std::vector<ToolCall>& calls, bool include_usage) {
-  const auto chunk = [&](const json& delta, const json& finish) {
-    json out = base_object(m, "chat.completion.chunk");
-    out["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}});
-    if (include_usage) out["usage"] = nullptr;
-    return out;
-  };
-  std::vector<json> chunks;
-  for (size_t k = 0; k < calls.size(); ++k) {
-    const ToolCall& c = calls[k];
-    chunks.push_back(chunk({{"tool_calls", json::array({{{"index", k}, {"id", c.id}, {"type", "function"},
-                                                          {"function", {{"name", c.name}, {"arguments", ""}}}}})}},
-                           nullptr));
-    chunks.push_back(
-        chunk({{"tool_calls", json::array({{{"index", k}, {"function", {{"arguments", c.arguments}}}}})}}, nullptr));
+json tool_call_chunk(const ResponseMeta& m, const ToolCallDelta& d, bool include_usage) {
+  json call = {{"index", d.index}};
+  if (!d.id.empty()) {
+    call["id"] = d.id;
+    call["type"] = "function";
+    call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+  } else {
+    call["function"] = {{"arguments", d.arguments}};
   }
-  chunks.push_back(chunk(json::object(), "tool_calls"));
-  return chunks;
+  json out = base_object(m, "chat.completion.chunk");
+  out["choices"] = json::array(
+      {{{"index", 0}, {"delta", {{"tool_calls", json::array({call})}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  if (include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json finish_chunk(const ResponseMeta& m, const char* reason, bool include_usage) {
+  json out = base_object(m, "chat.completion.chunk");
+  out["choices"] = json::array({{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}});
+  if (include_usage) out["usage"] = nullptr;
+  return out;
 }
 
 json usage_chunk(const ResponseMeta& m, const RequestEvent& ev) {

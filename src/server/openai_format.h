@@ -13,6 +13,7 @@
 #include "runtime/engine.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
+#include "server/tool_call_stream.h"
 
 namespace spool::server {
 
@@ -60,9 +61,11 @@ json role_chunk(const ResponseMeta& m, bool include_usage);  // chat only: delta
 std::vector<json> event_chunks(const ResponseMeta& m, const RequestEvent& ev, const TokenText& text,
                                size_t text_offset, bool include_usage);
 json usage_chunk(const ResponseMeta& m, const RequestEvent& final_event);
-// A streamed answer that is tool calls: per call a chunk with its id, type and
-// name (arguments ""), then one with its arguments, then finish_reason "tool_calls".
-std::vector<json> tool_call_chunks(const ResponseMeta& m, const std::vector<ToolCall>& calls, bool include_usage);
+// A streamed answer that is tool calls: a call's first delta carries its
+// index, id, type and name; later ones more of its arguments.
+json tool_call_chunk(const ResponseMeta& m, const ToolCallDelta& d, bool include_usage);
+// The last chunk of a streamed chat answer: an empty delta and the finish reason.
+json finish_chunk(const ResponseMeta& m, const char* reason, bool include_usage);
 
 // "data: <json>\n\n"; invalid UTF-8 (a token's half character) is replaced, never thrown on.
 std::string sse_data(const json& j);

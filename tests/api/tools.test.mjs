@@ -95,6 +95,26 @@ for (const [label, template] of [
     }
   });
 
+  test(`${label}: streamed calls arrive in pieces and equal the non-streamed ones`, async () => {
+    const body = { messages, tools: TOOLS, tool_choice: 'required', temperature: 1, seed: 11, max_tokens: 600 };
+    const whole = await client.chat.completions.create(body);
+    assert.equal(whole.choices[0].finish_reason, 'tool_calls', JSON.stringify(whole.choices[0]));
+    const stream = await client.chat.completions.create({ ...body, stream: true });
+    let argDeltas = 0;
+    const calls = [];
+    for await (const chunk of stream) {
+      for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) {
+        calls[d.index] ??= { name: '', arguments: '' };
+        if (d.function?.name) calls[d.index].name = d.function.name;
+        if (d.function?.arguments) { calls[d.index].arguments += d.function.arguments; ++argDeltas; }
+      }
+    }
+    assert.ok(argDeltas > calls.length, `arguments came in ${argDeltas} deltas for ${calls.length} calls`);
+    const parse = (t) => { try { return JSON.parse(t); } catch (e) { throw new Error(`${e.message}: ${JSON.stringify(t)}`); } };
+    assert.deepEqual(calls.map((c) => [c.name, parse(c.arguments)]),
+      whole.choices[0].message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]));
+  });
+
   test(`${label}: a named function, streamed`, async () => {
     for (let i = 0; i < 4; ++i) {
       const { calls, finish } = await streamedCalls(client, {
@@ -116,8 +136,8 @@ for (const [label, template] of [
       if (r.choices[0].finish_reason === 'tool_calls') {
         assertValidCalls(r.choices[0].message.tool_calls);
         assert.equal(s.finish, 'tool_calls');
-        assert.deepEqual(s.calls.map((c) => [c.function.name, c.function.arguments]),
-          r.choices[0].message.tool_calls.map((c) => [c.function.name, c.function.arguments]));
+        assert.deepEqual(s.calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]),
+          r.choices[0].message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]));
       } else {
         assert.equal(typeof r.choices[0].message.content, 'string');
         assert.equal(r.choices[0].message.tool_calls, undefined);
