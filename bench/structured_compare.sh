@@ -39,26 +39,12 @@ mkdir -p "$DIR"
 RUN=$(mktemp -d "$DIR/structured-XXXXXX")
 cut -d' ' -f1-3 /proc/loadavg >"$RUN/load-start.txt" 2>/dev/null || true
 
-# The schemas. Strings are bounded so a random-weight model ends them.
-python3 - "$RUN" <<'PY'
-import json, sys
-run = sys.argv[1]
-s = {"type": "string", "maxLength": 12}
-nested = {"type": "object", "additionalProperties": False, "properties": {
-    "id": {"type": "integer"}, "name": s, "active": {"type": "boolean"},
-    "score": {"type": "number"}, "kind": {"enum": ["a", "b", "c"]},
-    "owner": {"type": "object", "additionalProperties": False,
-              "properties": {"name": s, "email": s, "age": {"type": "integer"}},
-              "required": ["name", "email", "age"]},
-    "tags": {"type": "array", "items": s, "maxItems": 3},
-    "note": s}}
-nested["required"] = list(nested["properties"])
-words = [f"word{i:03d}" for i in range(100)]
-enum = {"type": "array", "items": {"enum": words}, "minItems": 12, "maxItems": 12}
-json.dump({}, open(f"{run}/free.json", "w"))
-json.dump({"json_schema": nested}, open(f"{run}/nested.json", "w"))
-json.dump({"json_schema": enum}, open(f"{run}/enum.json", "w"))
-PY
+# The schemas (bench/schemas; strings are bounded so a random-weight model ends them).
+echo '{}' >"$RUN/free.json"
+python3 -c 'import json, sys; print(json.dumps({"json_schema": json.load(open(sys.argv[1]))}))' \
+  "$REPO/bench/schemas/nested10.json" >"$RUN/nested.json"
+python3 -c 'import json, sys; print(json.dumps({"json_schema": json.load(open(sys.argv[1]))}))' \
+  "$REPO/bench/schemas/enum100.json" >"$RUN/enum.json"
 
 SERVER_PID=""
 stop_server() {
