@@ -290,15 +290,15 @@ size_t object_end(const std::string& text, size_t i) {
   return std::string::npos;
 }
 
-std::string new_call_id() {
+}  // namespace
+
+std::string new_tool_call_id() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   static const char* hex = "0123456789abcdef";
   std::string id = "call_";
   for (int k = 0; k < 24; ++k) id += hex[rng() & 15];
   return id;
 }
-
-}  // namespace
 
 std::optional<std::vector<ToolCall>> parse_tool_calls(const std::string& text, const ToolCallStyle& style) {
   std::vector<ToolCall> calls;
@@ -317,7 +317,7 @@ std::optional<std::vector<ToolCall>> parse_tool_calls(const std::string& text, c
     }
     if (!call.is_object() || !call.contains("name") || !call["name"].is_string() || !call.contains("arguments"))
       return std::nullopt;
-    calls.push_back({new_call_id(), call["name"], call["arguments"].dump()});
+    calls.push_back({new_tool_call_id(), call["name"], call["arguments"].dump()});
     i = end;
     if (text.compare(i, style.close.size(), style.close) != 0) return std::nullopt;
     i += style.close.size();
@@ -325,12 +325,6 @@ std::optional<std::vector<ToolCall>> parse_tool_calls(const std::string& text, c
     if (text[i] != '\n') return std::nullopt;
     ++i;
   }
-}
-
-bool may_be_tool_call(const std::string& text, const ToolCallStyle& style) {
-  const std::string opener = style.open.empty() ? "{" : style.open;
-  if (text.size() < opener.size()) return opener.compare(0, text.size(), text) == 0;
-  return text.compare(0, opener.size(), opener) == 0;
 }
 
 }  // namespace spool::server

@@ -72,10 +72,9 @@ std::shared_ptr<grammar::TokenMasker> request_grammar(const StructuredRequest& s
 struct ToolCall {
   std::string id, name, arguments;  // arguments: JSON text
 };
+// A fresh "call_" + 24 hex digits id.
+std::string new_tool_call_id();
 // The tool calls in a generated text, or nullopt when it is plain text.
 std::optional<std::vector<ToolCall>> parse_tool_calls(const std::string& text, const ToolCallStyle& style);
-// Could `text` (the output so far) still turn out to be a tool call? False once
-// the first non-blank character rules it out.
-bool may_be_tool_call(const std::string& text, const ToolCallStyle& style);
 
 }  // namespace spool::server

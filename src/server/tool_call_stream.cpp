@@ -1,21 +1,11 @@
 // ToolCallStreamer: a small scanner over the tool-call text; see the header.
 #include "server/tool_call_stream.h"
 
-#include <random>
-
 namespace spool::server {
 
 namespace {
 
 bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-std::string new_stream_call_id() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* hex = "0123456789abcdef";
-  std::string id = "call_";
-  for (int k = 0; k < 24; ++k) id += hex[rng() & 15];
-  return id;
-}
 
 // Reads `{ "name" : "NAME" , "arguments" :` (any whitespace) at text[i]; the
 // index after it, or npos while it is not all there yet.
@@ -60,7 +50,7 @@ std::vector<ToolCallDelta> ToolCallStreamer::push(const std::string& text) {
       std::string name;
       const size_t end = header_end(buf_, pos_, name);
       if (end == std::string::npos) break;
-      out.push_back({index_, new_stream_call_id(), name, ""});
+      out.push_back({index_, new_tool_call_id(), name, ""});
       pos_ = end;
       phase_ = Phase::Args;
       depth_ = 0;
