@@ -21,6 +21,7 @@ class ChatTemplate {
  public:
   // Parses `source`; throws spool::Error naming the line/column of a syntax error.
   explicit ChatTemplate(const std::string& source);
+  const std::string& source() const { return source_; }
 
   // `extra` (a dict, may be undefined) adds or overrides template variables, e.g. tools.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
@@ -32,6 +33,7 @@ class ChatTemplate {
                      const std::string& eos_token, const jinja::Value& extra = jinja::Value()) const;
 
  private:
+  std::string source_;
   jinja::Template template_;
 };
 
@@ -43,5 +45,9 @@ std::string chat_template_source(const gguf::File& file);
 // did not write it.
 std::vector<int32_t> chat_prompt_tokens(const std::vector<ChatMessage>& messages, const Tokenizer& tok,
                                         const ChatTemplate& tmpl);
+// The same over messages as template values (tool calls, tool results) with
+// extra variables (e.g. `tools`).
+std::vector<int32_t> chat_prompt_tokens(const jinja::Value& messages, const Tokenizer& tok, const ChatTemplate& tmpl,
+                                        const jinja::Value& extra);
 
 }  // namespace spool

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -46,11 +47,14 @@ struct Request : SchedRequest {
   RequestParams params;
   RequestCallback callback;
   Sampler sampler;
+  std::optional<grammar::GrammarState> grammar;  // params.grammar's position for this sequence
   TextStream stream;
   int completion_tokens = 0;
   Clock::time_point submitted, last_token;
   Request(RequestParams p, RequestCallback cb, int n_vocab)
-      : params(std::move(p)), callback(std::move(cb)), sampler(params.sampling, n_vocab), stream(params.stop) {}
+      : params(std::move(p)), callback(std::move(cb)), sampler(params.sampling, n_vocab), stream(params.stop) {
+    if (params.grammar) grammar.emplace(params.grammar);
+  }
 };
 
 // log-softmax of one row: the chosen token's logprob and the top-k alternatives.
@@ -237,7 +241,15 @@ class EngineImpl final : public Engine {
       finish(r, FinishReason::Length, std::move(ev));
       return;
     }
-    const int32_t next = r.sampler.sample(logits);
+    std::shared_ptr<const grammar::TokenMask> mask;
+    if (r.grammar) mask = r.grammar->mask();
+    const int32_t next = r.sampler.sample(logits, mask ? mask->data() : nullptr);
+    if (next < 0) {
+      finish(r, FinishReason::Error, std::move(ev),
+             "the grammar allows no token of this vocabulary here (it needs text the tokenizer cannot produce)");
+      return;
+    }
+    if (r.grammar) r.grammar->accept(next);
     r.sampler.accept(next);
     ++r.completion_tokens;
     ev.tokens.push_back(next);
@@ -259,6 +271,10 @@ class EngineImpl final : public Engine {
       return;
     }
     r.tokens.push_back(next);
+    if (r.grammar && r.grammar->complete()) {  // nothing more can follow: no need to wait for EOS
+      finish(r, FinishReason::Stop, std::move(ev));
+      return;
+    }
     if (r.completion_tokens >= r.params.max_tokens || (int)r.tokens.size() >= opt_.n_ctx) {
       finish(r, FinishReason::Length, std::move(ev));
       return;

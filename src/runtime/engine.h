@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/token_mask.h"
 #include "model/model.h"
 #include "runtime/latency_histogram.h"
 #include "runtime/prefix_cache.h"
@@ -37,6 +38,11 @@ struct RequestParams {
   bool ignore_eos = false;
   int top_logprobs = -1;              // -1: no logprobs; 0..20: the chosen token's logprob and this many alternatives
   int priority = 0;                   // higher first; FCFS within a priority
+  // Constrained decoding: each sampled token is one the grammar allows (its
+  // mask is applied before sampling), EOS only where the grammar may end, and
+  // the request finishes with "stop" as soon as the grammar is complete.
+  // Built for this model's vocabulary (grammar::GrammarCache); null: free text.
+  std::shared_ptr<grammar::TokenMasker> grammar;
 };
 
 struct TokenLogprob {

@@ -37,11 +37,18 @@ void Sampler::apply_penalties(std::vector<Candidate>& c) const {
   }
 }
 
-int32_t Sampler::sample(const float* logits) {
+int32_t Sampler::sample(const float* logits, const uint32_t* allowed) {
   std::vector<Candidate>& c = cand_;
   c.resize(n_vocab_);
   for (int i = 0; i < n_vocab_; ++i) c[i] = {i, logits[i], 0.0f};
   apply_penalties(c);
+  if (allowed) {  // after the penalties, which index candidates by id
+    size_t n = 0;
+    for (int i = 0; i < n_vocab_; ++i)
+      if ((allowed[i >> 5] >> (i & 31)) & 1) c[n++] = c[i];
+    c.resize(n);
+    if (n == 0) return -1;
+  }
 
   if (params_.temperature <= 0.0f) {
     const auto best = std::max_element(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {

@@ -1,7 +1,9 @@
 // Token sampling: penalties (repetition, frequency, presence) over recent
 // tokens, then top-k, top-p, min-p and temperature, then a seeded draw; with
 // temperature 0 it is greedy (argmax after penalties). Same order as
-// llama.cpp's default sampler chain.
+// llama.cpp's default sampler chain. A grammar's token mask, when given,
+// removes the tokens it forbids before any of that (as llama.cpp applies its
+// grammar first), so top-k/top-p/min-p see only allowed tokens.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +28,9 @@ struct SamplingParams {
 class Sampler {
  public:
   Sampler(const SamplingParams& params, int n_vocab);
-  // Picks the next token from a row of n_vocab logits.
-  int32_t sample(const float* logits);
+  // Picks the next token from a row of n_vocab logits. `allowed` (bit i:
+  // token i may be picked) restricts the choice; -1 if it allows nothing.
+  int32_t sample(const float* logits, const uint32_t* allowed = nullptr);
   // Records a token (prompt or generated) for the penalties.
   void accept(int32_t token);
   void reset();

@@ -6,9 +6,11 @@
 // is preceded by a space every kKeepAliveInterval (valid JSON whitespace).
 // Its request is then cancelled so its KV blocks are freed at once.
 #include <chrono>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "server/openai_format.h"
+#include "server/tool_call_stream.h"
 #include "server/request_channel.h"
 #include "server/server_context.h"
 
@@ -44,7 +46,28 @@ struct StreamState {
   bool finished = false;
   bool role_sent = false;
   size_t text_sent = 0;
+  // Tool calls: the first character decides (text may not start as a call
+  // does); a call is streamed through `calls` as it is generated.
+  enum class ToolPhase { Undecided, Text, Call } tool_phase = ToolPhase::Undecided;
+  std::unique_ptr<ToolCallStreamer> calls;
 };
+
+// With tools active, turns an event into the chunks to send: text as usual
+// once the output cannot be a call, tool-call deltas once it is one.
+std::vector<json> tool_aware_chunks(StreamState& st, const RequestEvent& ev, const TokenText& text) {
+  using Phase = StreamState::ToolPhase;
+  if (st.meta.tools && st.tool_phase == Phase::Undecided && !ev.text.empty()) {
+    const std::string& open = st.meta.tool_style.open;
+    st.tool_phase = ev.text[0] == (open.empty() ? '{' : open[0]) ? Phase::Call : Phase::Text;
+    if (st.tool_phase == Phase::Call) st.calls = std::make_unique<ToolCallStreamer>(st.meta.tool_style);
+  }
+  if (st.tool_phase != Phase::Call) return event_chunks(st.meta, ev, text, st.text_sent, st.include_usage);
+  std::vector<json> chunks;
+  for (const ToolCallDelta& d : st.calls->push(ev.text)) chunks.push_back(tool_call_chunk(st.meta, d, st.include_usage));
+  if (ev.finished)
+    chunks.push_back(finish_chunk(st.meta, ev.reason == FinishReason::Length ? "length" : "tool_calls", st.include_usage));
+  return chunks;
+}
 
 // Runs on the connection's thread until the request finishes or the client is gone.
 bool stream_events(StreamState& st, httplib::DataSink& sink) {
@@ -75,7 +98,7 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
         sink.done();
         return true;
       }
-      for (const json& chunk : event_chunks(st.meta, ev, text, st.text_sent, st.include_usage))
+      for (const json& chunk : tool_aware_chunks(st, ev, text))
         if (!write(sse_data(chunk))) return cancel();
       st.text_sent += ev.text.size();
       if (!ev.finished) continue;
@@ -128,7 +151,8 @@ bool send_whole(WholeState& st, httplib::DataSink& sink) {
 
 void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
   const json body = parse_json_body(req);
-  const ApiRequest api = parse_api_request(body, endpoint);
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  const ApiRequest api = parse_api_request(body, endpoint, ordered.is_object() ? &ordered : nullptr);
   ServedModel& served = resolve_model(ctx, api.model);
   RequestParams params = to_request_params(api, served.prompt_context());
 
@@ -138,6 +162,8 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   meta.created = (int64_t)std::time(nullptr);
   meta.model = served.id;
   meta.logprobs = api.top_logprobs >= 0;
+  meta.tools = endpoint == Endpoint::ChatCompletions && api.structured.tools_active();
+  meta.tool_style = tool_call_style(served.chat_template.get());
 
   auto channel = std::make_shared<RequestChannel>();
   const RequestId id = submit(*served.engine, std::move(params), channel);

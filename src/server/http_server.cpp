@@ -245,6 +245,7 @@ void ApiServer::add_model(Engine& engine, const std::string& id, const std::vect
   m->id = id;
   m->aliases = aliases;
   m->engine = &engine;
+  m->grammars = std::make_unique<grammar::GrammarCache>(engine.model().tokenizer());
   const std::string source = chat_template_source(engine.model().file());
   if (!source.empty()) {
     try {

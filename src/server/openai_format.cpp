@@ -98,6 +98,16 @@ json completion_response(const ResponseMeta& m, const Generation& g, const Token
   json choice = {{"index", 0}, {"logprobs", lp}, {"finish_reason", openai_finish_reason(g.reason)}};
   if (chat) choice["message"] = {{"role", "assistant"}, {"content", g.text}, {"refusal", nullptr}};
   else choice["text"] = g.text;
+  if (chat && m.tools && g.reason != FinishReason::Length) {
+    if (auto calls = parse_tool_calls(g.text, m.tool_style)) {
+      json list = json::array();
+      for (const ToolCall& c : *calls)
+        list.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      choice["message"]["content"] = nullptr;
+      choice["message"]["tool_calls"] = list;
+      choice["finish_reason"] = "tool_calls";
+    }
+  }
   out["choices"] = json::array({choice});
   out["usage"] = usage_json(g.prompt_tokens, g.cached_tokens, g.completion_tokens);
   return out;
@@ -133,6 +143,29 @@ std::vector<json> event_chunks(const ResponseMeta& m, const RequestEvent& ev, co
   if (ev.finished)
     chunks.push_back(chunk(chat ? json::object() : json(""), nullptr, openai_finish_reason(ev.reason)));
   return chunks;
+}
+
+json tool_call_chunk(const ResponseMeta& m, const ToolCallDelta& d, bool include_usage) {
+  json call = {{"index", d.index}};
+  if (!d.id.empty()) {
+    call["id"] = d.id;
+    call["type"] = "function";
+    call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+  } else {
+    call["function"] = {{"arguments", d.arguments}};
+  }
+  json out = base_object(m, "chat.completion.chunk");
+  out["choices"] = json::array(
+      {{{"index", 0}, {"delta", {{"tool_calls", json::array({call})}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+  if (include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json finish_chunk(const ResponseMeta& m, const char* reason, bool include_usage) {
+  json out = base_object(m, "chat.completion.chunk");
+  out["choices"] = json::array({{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}});
+  if (include_usage) out["usage"] = nullptr;
+  return out;
 }
 
 json usage_chunk(const ResponseMeta& m, const RequestEvent& ev) {

@@ -13,6 +13,7 @@
 #include "runtime/engine.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
+#include "server/tool_call_stream.h"
 
 namespace spool::server {
 
@@ -26,6 +27,8 @@ struct ResponseMeta {
   int64_t created = 0;   // Unix seconds
   std::string model;
   bool logprobs = false; // the request asked for logprobs
+  bool tools = false;    // chat with active tools: the output may be tool calls
+  ToolCallStyle tool_style;
 };
 
 // What a finished request produced, gathered from its events.
@@ -58,6 +61,11 @@ json role_chunk(const ResponseMeta& m, bool include_usage);  // chat only: delta
 std::vector<json> event_chunks(const ResponseMeta& m, const RequestEvent& ev, const TokenText& text,
                                size_t text_offset, bool include_usage);
 json usage_chunk(const ResponseMeta& m, const RequestEvent& final_event);
+// A streamed answer that is tool calls: a call's first delta carries its
+// index, id, type and name; later ones more of its arguments.
+json tool_call_chunk(const ResponseMeta& m, const ToolCallDelta& d, bool include_usage);
+// The last chunk of a streamed chat answer: an empty delta and the finish reason.
+json finish_chunk(const ResponseMeta& m, const char* reason, bool include_usage);
 
 // "data: <json>\n\n"; invalid UTF-8 (a token's half character) is replaced, never thrown on.
 std::string sse_data(const json& j);

@@ -155,7 +155,7 @@ void parse_logprobs(const json& body, ApiRequest& r) {
 
 }  // namespace
 
-ApiRequest parse_api_request(const json& body, Endpoint endpoint) {
+ApiRequest parse_api_request(const json& body, Endpoint endpoint, const nlohmann::ordered_json* ordered) {
   ApiRequest r;
   r.endpoint = endpoint;
   if (const json* m = field(body, "model")) {
@@ -195,18 +195,29 @@ ApiRequest parse_api_request(const json& body, Endpoint endpoint) {
   r.stop = parse_stop(body);
   r.ignore_eos = bool_field(body, "ignore_eos").value_or(false);
   parse_logprobs(body, r);
+  const nlohmann::ordered_json kept = ordered ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(body.dump());
+  r.structured = parse_structured(ordered ? *ordered : kept, endpoint == Endpoint::ChatCompletions);
   return r;
 }
 
 RequestParams to_request_params(const ApiRequest& r, const PromptContext& ctx) {
   const Tokenizer& tok = *ctx.tokenizer;
   RequestParams p;
+  // The grammar first: a bad schema is reported whatever else is wrong.
+  const bool constrained = r.structured.tools_active() || r.structured.format != StructuredRequest::Format::Text;
+  if (constrained && !ctx.grammars)
+    throw bad_param("response_format", "structured output is not available on this route");
+  if (constrained) p.grammar = request_grammar(r.structured, *ctx.grammars, tool_call_style(ctx.chat_template));
   if (r.endpoint == Endpoint::ChatCompletions) {
     if (!ctx.chat_template)
       throw ApiError(400, "the model has no chat template; use /v1/completions", "invalid_request_error",
                      "no_chat_template", "messages");
     try {
-      p.prompt = chat_prompt_tokens(r.messages, tok, *ctx.chat_template);
+      const TemplateInput in = template_input(r.structured, *ctx.chat_template, tool_call_style(ctx.chat_template));
+      p.prompt = chat_prompt_tokens(jinja::Value::from_json(in.messages), tok, *ctx.chat_template,
+                                    jinja::Value::from_json(in.extra));
+    } catch (const ApiError&) {
+      throw;
     } catch (const std::exception& e) {
       throw bad_param("messages", std::string("the chat template failed on these messages: ") + e.what());
     }

@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "grammar/grammar_cache.h"
 #include "model/chat_template.h"
 #include "runtime/engine.h"
+#include "server/structured_output.h"
 
 namespace spool::server {
 
@@ -33,22 +35,28 @@ struct ApiRequest {
   std::vector<std::string> stop;
   bool ignore_eos = false;               // extension (llama-server has it too)
   int top_logprobs = -1;                 // -1: no logprobs
+  StructuredRequest structured;          // response_format, grammar, tools (parse_structured)
 };
 
 // Parses a JSON body already known to be an object. Throws ApiError.
-ApiRequest parse_api_request(const nlohmann::json& body, Endpoint endpoint);
+// `ordered` is the same body with its key order kept (schemas, tools); null:
+// use `body` (object members of schemas then follow sorted key order).
+ApiRequest parse_api_request(const nlohmann::json& body, Endpoint endpoint,
+                             const nlohmann::ordered_json* ordered = nullptr);
 
 // The model side of turning a request into engine parameters.
 struct PromptContext {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: the model has none (chat requests get 400)
   int n_ctx = 0;
+  grammar::GrammarCache* grammars = nullptr;    // null: structured output is refused (400)
 };
 
 // Renders/tokenizes the prompt and checks it against the context: a prompt
 // that leaves no room for one generated token is a 400
 // (code context_length_exceeded). max_tokens defaults to 16 for completions
-// (as OpenAI's) and to the rest of the context for chat.
+// (as OpenAI's) and to the rest of the context for chat. A response format,
+// grammar or active tools give the request its grammar (a bad one is a 400).
 RequestParams to_request_params(const ApiRequest& request, const PromptContext& ctx);
 
 

@@ -25,8 +25,9 @@ struct ServedModel {
   std::vector<std::string> aliases;        // other accepted `model` values (e.g. the path as given)
   Engine* engine = nullptr;
   std::unique_ptr<ChatTemplate> chat_template;  // null: the model has none
+  std::unique_ptr<grammar::GrammarCache> grammars;  // compiled grammars for this model's vocabulary
   PromptContext prompt_context() const {
-    return PromptContext{&engine->model().tokenizer(), chat_template.get(), engine->options().n_ctx};
+    return PromptContext{&engine->model().tokenizer(), chat_template.get(), engine->options().n_ctx, grammars.get()};
   }
   bool answers_to(const std::string& name) const {
     return name == id || std::find(aliases.begin(), aliases.end(), name) != aliases.end();

@@ -81,12 +81,12 @@ export function runSpool(args, { timeoutMs = 60000 } = {}) {
 
 // A temp HF checkpoint: the qwen2-tiny fixture plus a Qwen2 chat template
 // (chat_template.jinja from the tok-qwen2 fixture); remove() deletes it.
-export function qwen2TinyWithTemplate() {
+export function qwen2TinyWithTemplate(template = path.join(SHARED, 'fixtures/tok-qwen2/chat_template.jinja')) {
   const dir = mkdtempSync(path.join(tmpdir(), 'spool-api-'));
   const src = path.join(SHARED, 'fixtures/qwen2-tiny');
   for (const f of ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) {
     symlinkSync(path.join(src, f), path.join(dir, f));
   }
-  symlinkSync(path.join(SHARED, 'fixtures/tok-qwen2/chat_template.jinja'), path.join(dir, 'chat_template.jinja'));
+  symlinkSync(template, path.join(dir, 'chat_template.jinja'));
   return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
 }

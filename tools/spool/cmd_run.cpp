@@ -3,10 +3,13 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli_common.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "grammar/grammar_cache.h"
 #include "model/chat_template.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -30,7 +33,33 @@ struct RunOptions {
   SamplingParams sampling;
   ModelFlags model_flags;
   std::string stats_json;
+  std::string json_schema_file, grammar_file, regex;
 };
+
+// --json-schema / --grammar / --regex: the grammar every generated token must fit.
+std::shared_ptr<grammar::TokenMasker> load_constraint(const RunOptions& o, grammar::GrammarCache& cache) {
+  const int n = !o.json_schema_file.empty() + !o.grammar_file.empty() + !o.regex.empty();
+  if (n > 1) throw Error("give only one of --json-schema, --grammar and --regex");
+  try {
+    if (!o.json_schema_file.empty()) {
+      nlohmann::ordered_json schema;
+      try {
+        schema = nlohmann::ordered_json::parse(read_text_file(o.json_schema_file));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error("--json-schema " + o.json_schema_file + ": not valid JSON: " + e.what());
+      }
+      return cache.json_schema(schema);
+    }
+    if (!o.grammar_file.empty()) return cache.gbnf(read_text_file(o.grammar_file));
+    if (!o.regex.empty()) return cache.regex(o.regex);
+  } catch (const grammar::GrammarError& e) {
+    const std::string flag = !o.json_schema_file.empty() ? "--json-schema " + o.json_schema_file
+                             : !o.grammar_file.empty()   ? "--grammar " + o.grammar_file
+                                                         : "--regex";
+    throw Error(flag + ": " + e.what());
+  }
+  return nullptr;
+}
 
 // --chat: the text as one user message (after an optional system message), rendered
 // by the model's chat template with the assistant's turn opened. BOS is added only
@@ -84,6 +113,9 @@ void run(const RunOptions& o) {
   if ((int)prompt.size() >= n_ctx)
     throw Error("prompt has " + std::to_string(prompt.size()) + " tokens, context is " + std::to_string(n_ctx) +
                 " (raise -c)");
+  grammar::GrammarCache grammars(tok);
+  std::optional<grammar::GrammarState> constraint;
+  if (auto masker = load_constraint(o, grammars)) constraint.emplace(masker);
   Session session(*model, n_ctx, model->n_batch());
   Sampler sampler(o.sampling, cfg.n_vocab);
   for (int32_t id : prompt) sampler.accept(id);
@@ -104,8 +136,12 @@ void run(const RunOptions& o) {
   std::vector<int32_t> generated;
   const double t1 = now_seconds();
   while (o.n_predict < 0 || (int)generated.size() < o.n_predict) {
-    const int32_t next = sampler.sample(logits);
+    std::shared_ptr<const grammar::TokenMask> mask;
+    if (constraint) mask = constraint->mask();
+    const int32_t next = sampler.sample(logits, mask ? mask->data() : nullptr);
+    if (next < 0) throw Error("the grammar allows no token of this vocabulary here");
     if (tok.is_eog(next)) break;
+    if (constraint) constraint->accept(next);
     generated.push_back(next);
     sampler.accept(next);
     if (o.output_ids) {
@@ -115,6 +151,7 @@ void run(const RunOptions& o) {
       if (stream.stopped()) break;
     }
     std::fflush(stdout);
+    if (constraint && constraint->complete()) break;  // the grammar cannot go on
     if (session.n_past() >= n_ctx) break;
     stats.begin_step();
     logits = session.feed({next}).data();
@@ -165,6 +202,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("-v,--verbose", o->verbose, "With --chat: print the rendered prompt to stderr");
   add_model_flags(cmd, o->model_flags);
   cmd->add_option("--stats-json", o->stats_json, "Write per-token and total statistics (bytes read, cache hits, I/O wait, ...) as JSON");
+  cmd->add_option("--json-schema", o->json_schema_file,
+                  "Constrain the output to JSON valid under the JSON Schema in FILE (docs/STRUCTURED_OUTPUT.md)");
+  cmd->add_option("--grammar", o->grammar_file, "Constrain the output to the GBNF grammar in FILE (llama.cpp's syntax)");
+  cmd->add_option("--regex", o->regex, "Constrain the output to text matching this regular expression");
   cmd->add_flag("--output-ids", o->output_ids, "Print generated token ids (comma-separated) instead of text");
   cmd->callback([o] { run(*o); });
 }
