@@ -457,7 +457,8 @@ async function openRun(id) {
   const spec = specOf(id);
   const run = await getJson(`/v1/pipelines/${id}`);
   if (view !== v) return;
-  drawGraph(spec ? stagesOf(spec) : stagesFromSteps(run.agents ?? []), v.nodes);
+  const known = spec ?? run.spec ?? null;  // this browser's copy, else the server's (runs started elsewhere)
+  drawGraph(known ? stagesOf(known) : stagesFromSteps(run.agents ?? []), v.nodes);
   applyRun(run);
   await refreshLog();
   if (run.status === 'queued' || run.status === 'running') follow(v);

@@ -282,6 +282,7 @@ std::optional<json> PipelineRunner::run_json(const std::string& id) {
   if (!rec || rec->kind != "pipeline") return std::nullopt;
   json j = run_summary(*rec);
   j["input"] = rec->input;
+  j["spec"] = rec->spec;  // as submitted (lets a client draw the stages of a run it did not start)
   json agents = json::array();
   const std::vector<StepRecord> steps = store_.steps(id);
   for (const StepRecord& s : steps) agents.push_back(step_json(s));

@@ -168,6 +168,7 @@ test('the config shape users write runs as written (examples/agents/config.json)
     const run = await finished(await submit({ ...spec, input: 'Plan a picnic in the park.' }, other.url), other.url);
     assert.equal(run.status, 'completed', JSON.stringify(run));
     assert.deepEqual(run.agents.map((a) => a.name), ['planner', 'executor']);
+    assert.deepEqual(run.spec, spec, 'the run carries its spec as submitted (input apart)');
     for (const a of run.agents) assert.ok(a.tokens > 0 && a.tokens <= spec.max_tokens);
     // The planner's role prompt comes first, so the executor's prompt holds the plan: more prompt tokens.
     assert.ok(step(run, 'executor').prompt_tokens > step(run, 'planner').prompt_tokens);
