@@ -44,7 +44,7 @@ const fmtMs = (v) => (v == null ? '–' : `${(1000 * v).toFixed(1)} ms`);
 const ENGINE_CHARTS = [
   { id: 'throughput', title: 'Throughput (tok/s)', fmt: fmtNum, series: [
     { label: 'decode', color: '--c1', get: (d) => d.generated_tokens / d.dt },
-    { label: 'prompt (computed)', color: '--c2', get: (d) => (d.prompt_tokens - d.prefix_hit_tokens) / d.dt },
+    { label: 'prompt (computed)', color: '--c2', get: (d) => Math.max(0, d.prefill_tokens) / d.dt },
   ] },
   { id: 'requests', title: 'Requests', fmt: fmtNum, series: [
     { label: 'running', color: '--c1', get: (d, now) => now.engine.running },
@@ -147,6 +147,8 @@ function delta(a, b) {
     generated_tokens: e('generated_tokens'),
     prompt_tokens: e('prompt_tokens'),
     prefix_hit_tokens: e('prefix_hit_tokens'),
+    // Prompt positions the model ran in this interval (counted per step, recomputation included).
+    prefill_tokens: e('computed_tokens') - e('generated_tokens'),
     ttft_sum: b.engine.ttft_seconds.sum - a.engine.ttft_seconds.sum,
     ttft_count: b.engine.ttft_seconds.count - a.engine.ttft_seconds.count,
     w: null,
@@ -188,7 +190,7 @@ function paintLayers(layers, tokens) {
 function paintTiles(now, d, raw) {
   const e = now.engine;
   tile('decode', 'Decode tok/s', fmtNum(d.generated_tokens / d.dt));
-  tile('prompt', 'Prompt tok/s (computed)', fmtNum((d.prompt_tokens - d.prefix_hit_tokens) / d.dt));
+  tile('prompt', 'Prompt tok/s (computed)', fmtNum(Math.max(0, d.prefill_tokens) / d.dt));
   tile('running', 'Running / waiting', `${e.running} / ${e.waiting}`);
   tile('ttft', 'TTFT, mean since start', fmtMs(e.ttft_seconds.count ? e.ttft_seconds.sum / e.ttft_seconds.count : null));
   tile('kv', 'KV blocks used / cached / total', `${e.kv_blocks_used} / ${e.kv_blocks_cached} / ${e.kv_blocks_total}`);

@@ -41,6 +41,7 @@ json engine_json(const EngineStats& s) {
           {"prompt_tokens", s.prompt_tokens},
           {"generated_tokens", s.generated_tokens},
           {"prefix_hit_tokens", s.prefix_hit_tokens},
+          {"computed_tokens", s.computed_tokens},
           {"kv_blocks_total", s.kv_blocks_total},
           {"kv_blocks_used", s.kv_blocks_used},
           {"kv_blocks_cached", s.kv_blocks_cached},
