@@ -154,18 +154,6 @@ void add_hooks(ServerContext& ctx) {
 
 }  // namespace
 
-json parse_json_body(const httplib::Request& req) {
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_request_error",
-                   "invalid_json");
-  }
-  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object", "invalid_request_error", "invalid_json");
-  return body;
-}
-
 int limit_param(const httplib::Request& req, int def, int max) {
   if (!req.has_param("limit")) return def;
   int limit = -1;
