@@ -8,7 +8,8 @@
 # Seeds come from ../shared through fuzz/make_corpus.py (build-fuzz/fuzz/seeds);
 # what the fuzzer learns stays in build-fuzz/fuzz/corpus between runs. A crash,
 # hang (> 10 s) or sanitizer report is written to build-fuzz/fuzz/findings/TARGET/
-# and the script exits 1: fix it and copy the input to tests/fuzz_regressions/TARGET/.
+# (emptied at the start of each run) and the script exits 1: fix it and copy the
+# input to tests/fuzz_regressions/TARGET/.
 # FUZZ_NO_BUILD=1 uses the binaries already built. Summary: build-fuzz/fuzz/summary.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +46,7 @@ dict_for() {
 
 run_one() {
   local t=$1
+  rm -rf "$F/findings/$t"  # this run's findings only (copy the ones to keep to tests/fuzz_regressions/)
   mkdir -p "$F/corpus/$t" "$F/findings/$t" "$F/seeds/$t"
   # ASan: no leak check at exit of each input (the tokenizer cache is process-wide); UBSan aborts with a stack.
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
