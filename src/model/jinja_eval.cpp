@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "model/jinja.h"
@@ -60,7 +61,13 @@ class Evaluator {
       for (auto& [k, v] : context.as_dict().items) scopes_.back()[k] = v;
     scopes_.emplace_back();  // the template's own top-level variables
   }
-  ~Evaluator() { t_budget = outer_; }
+  ~Evaluator() {
+    t_budget = outer_;
+    // Namespaces are shared, so `{% set ns.me = ns %}` makes a reference cycle that would
+    // outlive the render (LeakSanitizer found it). Only the template can make and assign
+    // namespaces, and the render's result is a string, so emptying them frees every cycle.
+    for (const Value& ns : assigned_namespaces_) ns.as_dict().items.clear();
+  }
   Evaluator(const Evaluator&) = delete;
   Evaluator& operator=(const Evaluator&) = delete;
 
@@ -207,6 +214,7 @@ class Evaluator {
       if (!target.is_dict() || !target.as_dict().is_namespace)
         fail(n.at, "cannot assign attribute '" + n.attr + "' of '" + n.targets[0] + "': not a namespace");
       target.as_dict().set(n.attr, std::move(v));
+      if (assigned_seen_.insert(&target.as_dict()).second) assigned_namespaces_.push_back(target);
       return;
     }
     if (n.targets.size() == 1) {
@@ -516,6 +524,8 @@ class Evaluator {
   std::vector<Scope> scopes_;
   Budget budget_;
   Budget* outer_ = nullptr;  // a render inside a render (a builtin rendering a template) restores it
+  std::vector<Value> assigned_namespaces_;  // every namespace an attribute was set on
+  std::unordered_set<const Dict*> assigned_seen_;
 };
 
 }  // namespace
