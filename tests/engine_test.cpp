@@ -231,11 +231,13 @@ TEST(Engine, CancelReleasesBlocks) {
   auto model = load_model(kShared + "/models/stories260K.gguf", LoadOptions{2});
   EngineOptions o;
   o.n_ctx = 2048;
-  auto engine = make_engine(*model, o);
+  // Declared before the engine so that they outlive its thread: the finished event's
+  // callback still runs `++seen` after p.get() has returned (ASan: stack-use-after-scope).
   std::mutex mu;
   std::condition_variable cv;
   int seen = 0;
   Pending p;
+  auto engine = make_engine(*model, o);
   auto inner = p.callback();
   const RequestId id = engine->submit(greedy_params({1, 403, 407}, 2000), [&](const RequestEvent& ev) {
     inner(ev);

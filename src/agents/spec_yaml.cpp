@@ -65,7 +65,13 @@ json yaml_to_json(const std::string& text) {
 
 json parse_spec_text(const std::string& text) {
   const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '{') return json::parse(text);
+  if (first != std::string::npos && text[first] == '{') {
+    try {
+      return json::parse(text);
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
+      throw std::invalid_argument(e.what());
+    }
+  }
   return yaml_to_json(text);
 }
 

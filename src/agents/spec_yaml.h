@@ -13,6 +13,7 @@ namespace spool::agents {
 nlohmann::json yaml_to_json(const std::string& text);
 
 // A spec document: JSON when it starts with '{' (after whitespace), else YAML.
+// Throws std::invalid_argument on malformed JSON or YAML.
 nlohmann::json parse_spec_text(const std::string& text);
 
 }  // namespace spool::agents

@@ -236,7 +236,20 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
+namespace {
+std::string config_to_metadata_checked(const json& c, const std::string& name, gguf::File& out);
+}
+
 std::string config_to_metadata(const json& c, const std::string& name, gguf::File& out) {
+  try {
+    return config_to_metadata_checked(c, name, out);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type where a default was read with value()
+    fail(std::string("unexpected structure: ") + e.what());
+  }
+}
+
+namespace {
+std::string config_to_metadata_checked(const json& c, const std::string& name, gguf::File& out) {
   if (!c.is_object()) fail("not a JSON object");
   const json* mt = field(c, "model_type");
   if (!mt || !mt->is_string()) fail("missing 'model_type'");
@@ -270,5 +283,7 @@ std::string config_to_metadata(const json& c, const std::string& name, gguf::Fil
   if (std::string(arch) == "deepseek2") deepseek_to_metadata(c, a, out);
   return arch;
 }
+
+}  // namespace
 
 }  // namespace spool::hf

@@ -1,6 +1,7 @@
 // safetensors parsing and whole-tensor reads.
 #include "format/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,22 @@ const Entry& File::require(const std::string& name) const {
   if (it == tensors.end()) throw Error("'" + path + "' has no tensor '" + name + "'");
   return it->second;
 }
+
+namespace {
+
+// A list of non-negative JSON integers (shape, data_offsets). Floats are refused:
+// converting an out-of-range one would be undefined behaviour.
+std::vector<uint64_t> index_list(const nlohmann::json& v, const std::string& what) {
+  if (!v.is_array()) throw Error(what + " is not a list");
+  std::vector<uint64_t> out;
+  for (const nlohmann::json& x : v) {
+    if (!x.is_number_unsigned()) throw Error(what + " holds " + x.dump() + ", not a non-negative integer");
+    out.push_back(x.get<uint64_t>());
+  }
+  return out;
+}
+
+}  // namespace
 
 File open(const std::string& path) {
   LocalFile f(path);
@@ -59,15 +76,23 @@ File open(const std::string& path) {
     try {
       Entry e;
       e.dtype = v.at("dtype").get<std::string>();
-      e.shape = v.at("shape").get<std::vector<int64_t>>();
-      const auto offs = v.at("data_offsets").get<std::vector<uint64_t>>();
+      const auto offs = index_list(v.at("data_offsets"), what + ": data_offsets");
       if (offs.size() != 2 || offs[1] < offs[0]) throw Error(what + ": bad data_offsets");
       const size_t es = dtype_size(e.dtype);
       if (!es) throw Error(what + ": unsupported dtype " + e.dtype);
-      for (int64_t d : e.shape) if (d < 0) throw Error(what + ": negative dimension");
-      if ((uint64_t)e.n_elements() * es != offs[1] - offs[0])
+      // The shape's byte size must equal the span; computed without overflow (a span is at most the file size).
+      const std::vector<uint64_t> shape = index_list(v.at("shape"), what + ": shape");
+      const uint64_t span = offs[1] - offs[0];
+      uint64_t bytes = std::count(shape.begin(), shape.end(), 0) ? 0 : es;
+      for (uint64_t d : shape) {
+        if (d > (uint64_t)INT64_MAX || (bytes != 0 && bytes > span / d))
+          throw Error(what + ": shape is larger than its data_offsets span of " + std::to_string(span) + " bytes");
+        bytes *= d;
+        e.shape.push_back((int64_t)d);
+      }
+      if (bytes != offs[1] - offs[0])
         throw Error(what + ": data_offsets span " + std::to_string(offs[1] - offs[0]) + " bytes, shape needs " +
-                    std::to_string(e.n_elements() * es));
+                    std::to_string(bytes));
       if (offs[1] > data_size)
         throw Error(what + " extends past the end of the file (truncated?)");
       e.offset = data_start + offs[0];

@@ -67,6 +67,13 @@ void check_model(const json& j) {
     fail("normalizer '" + norm.value("type", "") + "' is not supported (none or NFC)");
 }
 
+// A token id as written in tokenizer.json: a JSON integer (a float would be
+// converted with undefined behaviour when out of range).
+int64_t json_token_id(const json& v) {
+  if (!v.is_number_integer()) fail("token id " + v.dump() + " is not an integer");
+  return v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : v.get<int64_t>();
+}
+
 // Token texts and types by id, padded with unused tokens to n_vocab.
 void read_vocab(const json& j, int64_t n_vocab, std::vector<std::string>& text, std::vector<int64_t>& type) {
   auto put = [&](int64_t id, const std::string& t, int64_t ty) {
@@ -78,9 +85,9 @@ void read_vocab(const json& j, int64_t n_vocab, std::vector<std::string>& text, 
     text[id] = t;
     type[id] = ty;
   };
-  for (const auto& [t, id] : j.at("model").at("vocab").items()) put(id.get<int64_t>(), t, kNormal);
+  for (const auto& [t, id] : j.at("model").at("vocab").items()) put(json_token_id(id), t, kNormal);
   for (const json& a : j.value("added_tokens", json::array()))
-    put(a.at("id").get<int64_t>(), a.at("content").get<std::string>(), a.value("special", false) ? kControl : kUserDefined);
+    put(json_token_id(a.at("id")), a.at("content").get<std::string>(), a.value("special", false) ? kControl : kUserDefined);
   if (n_vocab > 0 && (int64_t)text.size() > n_vocab)
     fail("has " + std::to_string(text.size()) + " tokens but the model's embedding has only " +
          std::to_string(n_vocab) + " rows");

@@ -4,6 +4,7 @@
 // unknown filter, raise_exception) throw spool::Error naming the line/column.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -12,9 +13,15 @@
 
 namespace spool::jinja {
 
+// A template comes from a model file or a client, so a render is bounded: past
+// any of these limits it stops with a spool::Error naming the limit and the
+// place, instead of looping forever, recursing off the stack or filling memory.
 struct TemplateOptions {
   bool trim_blocks = false;    // drop the first newline after a block tag
   bool lstrip_blocks = false;  // drop spaces/tabs before a block tag at a line start
+  uint64_t max_steps = 10'000'000;       // statements, expressions and loop iterations evaluated
+  uint64_t max_output_bytes = 256u << 20;  // bytes of strings and lists built, summed over the render
+  int max_depth = 400;                   // nesting of statements, expressions and macro calls while rendering
 };
 
 class Template {
@@ -25,6 +32,7 @@ class Template {
 
  private:
   std::shared_ptr<const Body> body_;
+  TemplateOptions options_;
 };
 
 }  // namespace spool::jinja

@@ -15,6 +15,15 @@ struct BuiltinError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The running render's byte budget (TemplateOptions::max_output_bytes):
+// whatever builds a string or list charges its size first, and this throws
+// BuiltinError once the render has built more than its budget. No-op outside a render.
+void charge_bytes(uint64_t n);
+// charge_bytes(a * b), saturating instead of overflowing.
+void charge_product(uint64_t a, uint64_t b);
+// The most items range() makes.
+inline constexpr int64_t kMaxRangeItems = 1 << 20;
+
 // Throws BuiltinError for an unknown filter or bad arguments.
 Value apply_filter(const std::string& name, const Value& v, CallArgs& args);
 bool has_filter(const std::string& name);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "model/jinja.h"
@@ -16,9 +17,43 @@ namespace {
 
 enum class Flow { Normal, Break, Continue };
 
+// What one render may spend (TemplateOptions); builtins reach it through
+// charge_bytes() while the render runs on this thread.
+struct Budget {
+  uint64_t steps = 0, max_steps = 0;
+  uint64_t bytes = 0, max_bytes = 0;
+  int depth = 0, max_depth = 0;
+};
+thread_local Budget* t_budget = nullptr;
+
+std::string mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
+void charge_bytes(uint64_t n) {
+  Budget* b = t_budget;
+  if (!b) return;
+  if (n > b->max_bytes - std::min(b->bytes, b->max_bytes))
+    throw BuiltinError("the template builds more than " + mib(b->max_bytes) +
+                       " of text and lists (a template that grows without end?)");
+  b->bytes += n;
+}
+
+void charge_product(uint64_t a, uint64_t b) {
+  uint64_t n;
+  charge_bytes(__builtin_mul_overflow(a, b, &n) ? UINT64_MAX : n);
+}
+
+namespace {
+
 class Evaluator {
  public:
-  explicit Evaluator(const Value& context) {
+  Evaluator(const Value& context, const TemplateOptions& options) {
+    budget_.max_steps = options.max_steps;
+    budget_.max_bytes = options.max_output_bytes;
+    budget_.max_depth = options.max_depth;
+    outer_ = t_budget;
+    t_budget = &budget_;
     scopes_.emplace_back();
     for (auto& [k, v] : global_functions().items) scopes_.back()[k] = v;
     scopes_.emplace_back();
@@ -26,6 +61,15 @@ class Evaluator {
       for (auto& [k, v] : context.as_dict().items) scopes_.back()[k] = v;
     scopes_.emplace_back();  // the template's own top-level variables
   }
+  ~Evaluator() {
+    t_budget = outer_;
+    // Namespaces are shared, so `{% set ns.me = ns %}` makes a reference cycle that would
+    // outlive the render (LeakSanitizer found it). Only the template can make and assign
+    // namespaces, and the render's result is a string, so emptying them frees every cycle.
+    for (const Value& ns : assigned_namespaces_) ns.as_dict().items.clear();
+  }
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
 
   Flow exec(const Body& body, std::string& out) {
     for (const NodePtr& n : body) {
@@ -45,6 +89,31 @@ class Evaluator {
   }
   void assign(const std::string& name, Value v) { scopes_.back()[name] = std::move(v); }
 
+  // One statement, expression or loop iteration: counts a step and a level of nesting.
+  struct Step {
+    Budget& b;
+    Step(Budget& budget, const Location& at) : b(budget) {
+      if (++b.steps > b.max_steps)
+        fail(at, "the template ran more than " + std::to_string(b.max_steps) + " steps (a loop that does not end?)");
+      if (++b.depth > b.max_depth) {
+        --b.depth;
+        fail(at, "the template nests more than " + std::to_string(b.max_depth) +
+                     " levels deep while rendering (a macro that calls itself?)");
+      }
+    }
+    ~Step() { --b.depth; }
+  };
+
+  // Appends rendered text to an output, within the byte budget.
+  void emit(std::string& out, const std::string& text, const Location& at) {
+    try {
+      charge_bytes(text.size());
+    } catch (const BuiltinError& e) {
+      fail(at, e.what());
+    }
+    out += text;
+  }
+
   struct ScopeGuard {
     Evaluator& e;
     explicit ScopeGuard(Evaluator& ev) : e(ev) { e.scopes_.emplace_back(); }
@@ -52,9 +121,10 @@ class Evaluator {
   };
 
   Flow exec(const Node& n, std::string& out) {
+    const Step step(budget_, n.at);
     switch (n.kind) {
-      case Node::Kind::Text: out += n.text; return Flow::Normal;
-      case Node::Kind::Output: out += eval(*n.expr).str(); return Flow::Normal;
+      case Node::Kind::Text: emit(out, n.text, n.at); return Flow::Normal;
+      case Node::Kind::Output: emit(out, eval(*n.expr).str(), n.at); return Flow::Normal;
       case Node::Kind::If:
         for (const auto& [cond, body] : n.branches)
           if (eval(*cond).truthy()) return exec(body, out);
@@ -64,11 +134,11 @@ class Evaluator {
       case Node::Kind::Macro: assign(n.text, make_macro(n)); return Flow::Normal;
       case Node::Kind::Break: return Flow::Break;
       case Node::Kind::Continue: return Flow::Continue;
-      case Node::Kind::CallBlock: out += call_block(n).str(); return Flow::Normal;
+      case Node::Kind::CallBlock: emit(out, call_block(n).str(), n.at); return Flow::Normal;
       case Node::Kind::FilterBlock: {
         std::string inner;
         exec(n.body, inner);
-        out += apply_filters(*n.expr, Value(std::move(inner))).str();
+        emit(out, apply_filters(*n.expr, Value(std::move(inner))).str(), n.at);
         return Flow::Normal;
       }
       case Node::Kind::Generation: return exec(n.body, out);
@@ -121,6 +191,7 @@ class Evaluator {
       items.push_back(std::move(item));
     }
     for (size_t i = 0; i < items.size(); ++i) {
+      const Step step(budget_, n.at);
       bind_targets(n, items[i]);
       assign("loop", loop_info(items, i));
       if (exec(n.body, out) == Flow::Break) break;
@@ -143,6 +214,7 @@ class Evaluator {
       if (!target.is_dict() || !target.as_dict().is_namespace)
         fail(n.at, "cannot assign attribute '" + n.attr + "' of '" + n.targets[0] + "': not a namespace");
       target.as_dict().set(n.attr, std::move(v));
+      if (assigned_seen_.insert(&target.as_dict()).second) assigned_namespaces_.push_back(target);
       return;
     }
     if (n.targets.size() == 1) {
@@ -210,6 +282,7 @@ class Evaluator {
   }
 
   Value eval(const Expr& e) {
+    const Step step(budget_, e.at);
     switch (e.kind) {
       case Expr::Kind::Literal: return e.value;
       case Expr::Kind::Name: return lookup(e.name);
@@ -306,7 +379,10 @@ class Evaluator {
     const int64_t start = clamp(bound(e.b, "start"), step > 0 ? 0 : n - 1);
     const int64_t stop = clamp(bound(e.c, "stop"), step > 0 ? n : -1);
     List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(seq[size_t(i)]);
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      out.push_back(seq[size_t(i)]);
+      if (step > n || step < -n) break;  // one item; and i += step must not overflow
+    }
     if (obj.is_list()) return Value(std::move(out));
     std::string s;
     for (const Value& c : out) s += c.as_string();
@@ -342,7 +418,9 @@ class Evaluator {
     if (!v.is_number() && !v.is_bool()) fail(e.at, std::string("bad operand for unary ") + e.name + ": " + v.type_name());
     if (e.name == "+") return v.is_bool() ? Value(int64_t(v.as_bool())) : v;
     if (v.is_float()) return Value(-v.as_double());
-    return Value(-(v.is_bool() ? int64_t(v.as_bool()) : v.as_int()));
+    const int64_t x = v.is_bool() ? int64_t(v.as_bool()) : v.as_int();
+    if (x == INT64_MIN) fail(e.at, "integer overflow in unary -");
+    return Value(-x);
   }
 
   Value binary(const Expr& e) {
@@ -360,7 +438,12 @@ class Evaluator {
       if (op == ">=") return Value(!less_than(a, b));
       if (op == "in") return Value(contains(b, a));
       if (op == "not in") return Value(!contains(b, a));
-      if (op == "~") return Value(a.str() + b.str());
+      if (op == "~") {
+        std::string l = a.str();
+        const std::string r = b.str();
+        charge_bytes(l.size() + r.size());
+        return Value(l + r);
+      }
       return arithmetic(op, a, b);
     } catch (const BuiltinError& err) {
       fail(e.at, err.what());
@@ -368,6 +451,8 @@ class Evaluator {
   }
 
   static Value repeat(const Value& seq, int64_t n) {
+    if (n < 0) n = 0;
+    charge_product(uint64_t(n), seq.is_string() ? seq.as_string().size() : seq.as_list().size() * sizeof(Value));
     if (seq.is_string()) {
       std::string s;
       for (int64_t i = 0; i < n; ++i) s += seq.as_string();
@@ -380,9 +465,12 @@ class Evaluator {
 
   static Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (op == "+") {
-      if ((a.is_string() || a.is_undefined()) && (b.is_string() || b.is_undefined()))
+      if ((a.is_string() || a.is_undefined()) && (b.is_string() || b.is_undefined())) {
+        charge_bytes(a.str().size() + b.str().size());
         return Value(a.str() + b.str());
+      }
       if (a.is_list() && b.is_list()) {
+        charge_product(a.as_list().size() + b.as_list().size(), sizeof(Value));
         List l = a.as_list();
         l.insert(l.end(), b.as_list().begin(), b.as_list().end());
         return Value(std::move(l));
@@ -398,14 +486,29 @@ class Evaluator {
     const bool ints = !a.is_float() && !b.is_float();
     if ((op == "/" || op == "//" || op == "%") && as_d(b) == 0) throw BuiltinError("division by zero");
     if (ints) {
+      // Python's integers do not overflow; ours are 64-bit and say so instead of wrapping.
       const int64_t x = as_i(a), y = as_i(b);
-      if (op == "+") return Value(x + y);
-      if (op == "-") return Value(x - y);
-      if (op == "*") return Value(x * y);
+      int64_t r = 0;
+      const auto overflow = [&] { return BuiltinError("integer overflow in " + op); };
+      if (op == "+") { if (__builtin_add_overflow(x, y, &r)) throw overflow(); return Value(r); }
+      if (op == "-") { if (__builtin_sub_overflow(x, y, &r)) throw overflow(); return Value(r); }
+      if (op == "*") { if (__builtin_mul_overflow(x, y, &r)) throw overflow(); return Value(r); }
       if (op == "/") return Value(double(x) / double(y));
-      if (op == "//") return Value(int64_t(std::floor(double(x) / double(y))));
-      if (op == "%") return Value(((x % y) + y) % y);
-      if (op == "**" && y >= 0) return Value(int64_t(std::llround(std::pow(double(x), double(y)))));
+      if (op == "//" || op == "%") {
+        if (y == -1) {  // x / -1 overflows for INT64_MIN; x % -1 is 0
+          if (op == "%") return Value(int64_t(0));
+          if (__builtin_sub_overflow(int64_t(0), x, &r)) throw overflow();
+          return Value(r);
+        }
+        int64_t q = x / y, m = x % y;
+        if (m != 0 && ((m < 0) != (y < 0))) --q, m += y;  // floor, as Python
+        return Value(op == "//" ? q : m);
+      }
+      if (op == "**" && y >= 0) {
+        const double p = std::pow(double(x), double(y));
+        if (!(std::fabs(p) < 9.2e18)) throw overflow();
+        return Value(int64_t(std::llround(p)));
+      }
     }
     const double x = as_d(a), y = as_d(b);
     if (op == "+") return Value(x + y);
@@ -419,11 +522,15 @@ class Evaluator {
   }
 
   std::vector<Scope> scopes_;
+  Budget budget_;
+  Budget* outer_ = nullptr;  // a render inside a render (a builtin rendering a template) restores it
+  std::vector<Value> assigned_namespaces_;  // every namespace an attribute was set on
+  std::unordered_set<const Dict*> assigned_seen_;
 };
 
 }  // namespace
 
-Template::Template(const std::string& source, TemplateOptions options) {
+Template::Template(const std::string& source, TemplateOptions options) : options_(options) {
   LexOptions lex_options;
   lex_options.trim_blocks = options.trim_blocks;
   lex_options.lstrip_blocks = options.lstrip_blocks;
@@ -431,7 +538,7 @@ Template::Template(const std::string& source, TemplateOptions options) {
 }
 
 std::string Template::render(const Value& context) const {
-  Evaluator ev(context);
+  Evaluator ev(context, options_);
   std::string out;
   ev.exec(*body_, out);
   return out;

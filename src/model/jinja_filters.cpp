@@ -48,7 +48,11 @@ Value f_tojson(const Value& v, CallArgs& a) {
     std::sort(d.items.begin(), d.items.end(), [](auto& l, auto& r) { return l.first < r.first; });
     x = Value(std::move(d));
   }
-  return Value(x.to_json(indent.is_int() ? int(indent.as_int()) : -1));
+  // Indents past 64 spaces are clamped: nothing reads them, and a huge one would fill memory.
+  const int n = indent.is_int() ? int(std::clamp<int64_t>(indent.as_int(), -1, 64)) : -1;
+  std::string out = x.to_json(n);
+  charge_bytes(out.size());
+  return Value(std::move(out));
 }
 
 Value f_length(const Value& v, CallArgs&) {
@@ -70,8 +74,11 @@ Value f_join(const Value& v, CallArgs& a) {
   const Value attr = arg(a, 1, "attribute");
   std::string out;
   const List items = v.iterate();
-  for (size_t i = 0; i < items.size(); ++i)
-    out += (i ? sep : "") + (attr.is_undefined() ? items[i] : attribute(items[i], attr)).str();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string piece = (attr.is_undefined() ? items[i] : attribute(items[i], attr)).str();
+    charge_bytes(sep.size() + piece.size());
+    out += (i ? sep : "") + piece;
+  }
   return Value(std::move(out));
 }
 
@@ -256,7 +263,9 @@ Value f_escape(const Value& v, CallArgs&) {
 
 Value f_indent(const Value& v, CallArgs& a) {
   const Value w = arg(a, 0, "width", Value(int64_t(4)));
-  const std::string pad = w.is_string() ? w.as_string() : std::string(size_t(w.is_int() ? w.as_int() : 4), ' ');
+  const int64_t width = w.is_int() ? std::max<int64_t>(0, w.as_int()) : 4;
+  if (!w.is_string()) charge_bytes(uint64_t(width));
+  const std::string pad = w.is_string() ? w.as_string() : std::string(size_t(width), ' ');
   const bool first = arg(a, 1, "first").truthy(), blank = arg(a, 2, "blank").truthy();
   const std::string s = v.str();
   std::string out;
@@ -266,6 +275,7 @@ Value f_indent(const Value& v, CallArgs& a) {
     const bool last = e == std::string::npos;
     if (last) e = s.size();
     const std::string line = s.substr(b, e - b);
+    charge_bytes(pad.size() + line.size() + 1);
     if ((!is_first || first) && (blank || !line.empty())) out += pad;
     out += line;
     if (last) break;

@@ -3,6 +3,8 @@
 // balanced so a dict literal's "}}" does not end a {{ }} tag.
 #include "model/jinja_lexer.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <cstring>
 
@@ -247,8 +249,11 @@ class Lexer {
         case '\n': break;
         case 'x': case 'u': case 'U': {
           const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          if (pos_ + n > src_.size()) fail(at, "bad escape in string literal");
-          append_utf8(uint32_t(std::stoul(src_.substr(pos_, n), nullptr, 16)), value);
+          if (pos_ + n > src_.size() || !std::all_of(src_.begin() + pos_, src_.begin() + pos_ + n, ::isxdigit))
+            fail(at, std::string("bad \\") + e + " escape in string literal (needs " + std::to_string(n) + " hex digits)");
+          const uint32_t cp = uint32_t(std::stoul(src_.substr(pos_, n), nullptr, 16));
+          if (cp > 0x10FFFF) fail(at, "\\U escape past the last Unicode code point");
+          append_utf8(cp, value);
           pos_ += n;
           break;
         }

@@ -92,6 +92,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   std::string out;
   size_t pos = 0;
   for (int64_t n = 0; count < 0 || n < count; ++n) {
+    charge_bytes(to.size() + 1);
     if (from.empty()) {  // Python inserts `to` between characters
       if (pos > s.size()) break;
       out += to;
@@ -210,7 +211,11 @@ bool string_method(const std::string& s, const std::string& name, CallArgs& a, V
   } else if (name == "join") {
     std::string out;
     const List items = arg(a, 0, "iterable").iterate();
-    for (size_t i = 0; i < items.size(); ++i) out += (i ? s : "") + items[i].str();
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string piece = items[i].str();
+      charge_bytes(s.size() + piece.size());
+      out += (i ? s : "") + piece;
+    }
     r = Value(std::move(out));
   } else if (name == "splitlines") {
     List lines = split(s, Value("\n"), -1);
@@ -273,8 +278,16 @@ Value range(CallArgs& a) {
     v[n == 1 ? 1 : i] = a.positional[i].as_int();
   }
   if (v[2] == 0) throw BuiltinError("range() step cannot be zero");
+  // The item count in 128 bits: start, stop and step may be any 64-bit values.
+  const __int128 span = v[2] > 0 ? (__int128)v[1] - v[0] : (__int128)v[0] - v[1];
+  const __int128 step = v[2] > 0 ? (__int128)v[2] : -(__int128)v[2];
+  const __int128 count = span <= 0 ? 0 : (span + step - 1) / step;
+  if (count > kMaxRangeItems)
+    throw BuiltinError("range() of " + std::to_string((long long)std::min<__int128>(count, INT64_MAX)) +
+                       " items; at most " + std::to_string(kMaxRangeItems) + " are allowed");
+  charge_product(uint64_t(count), sizeof(Value));
   List out;
-  for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1]; i += v[2]) out.emplace_back(i);
+  for (int64_t k = 0; k < (int64_t)count; ++k) out.emplace_back(int64_t(v[0] + (__int128)k * v[2]));
   return Value(std::move(out));
 }
 

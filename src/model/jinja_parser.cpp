@@ -4,6 +4,8 @@
 #include "model/jinja_parser.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 
 #include "model/jinja_builtins.h"
 
@@ -11,6 +13,23 @@ namespace spool::jinja {
 namespace {
 
 using T = Token::Type;
+
+// Nesting of blocks and parenthesised / unary expressions, and tokens in one
+// tag: the parser recurses on both, and a template is outside data, so they
+// are bounded (real chat templates nest about 10 deep and use < 200 tokens a tag).
+constexpr int kMaxNesting = 100;
+constexpr size_t kMaxTagTokens = 4096;
+
+// Refuses a tag of more than kMaxTagTokens tokens: a long left-deep chain
+// (a ~ b ~ c ...) would otherwise build a tree too deep to evaluate or free.
+void check_tag_lengths(const std::vector<Token>& toks) {
+  size_t in_tag = 0;
+  for (const Token& t : toks) {
+    if (t.type == T::VarBegin || t.type == T::BlockBegin) in_tag = 0;
+    else if (++in_tag > kMaxTagTokens)
+      fail(t.at, "a tag with more than " + std::to_string(kMaxTagTokens) + " tokens");
+  }
+}
 
 class Parser {
  public:
@@ -23,6 +42,16 @@ class Parser {
   }
 
  private:
+  // One level of nesting (a block, a parenthesis, a unary operator).
+  struct Nest {
+    Parser& p;
+    Nest(Parser& parser, const Location& at) : p(parser) {
+      if (++p.depth_ > kMaxNesting) fail(at, "nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    }
+    ~Nest() { --p.depth_; }
+  };
+  int depth_ = 0;
+
   const Token& peek(size_t k = 0) const { return toks_[std::min(i_ + k, toks_.size() - 1)]; }
   const Token& next() { return toks_[std::min(i_++, toks_.size() - 1)]; }
   bool is_op(const char* op, size_t k = 0) const { return peek(k).type == T::Op && peek(k).text == op; }
@@ -52,6 +81,15 @@ class Parser {
     return next().text;
   }
 
+  // A 64-bit integer literal; a longer one is an error (Python's would be a bignum).
+  static int64_t int_literal(const Token& t) {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+    if (ec != std::errc() || end != t.text.data() + t.text.size())
+      fail(t.at, "integer literal " + t.text.substr(0, 40) + " does not fit in 64 bits");
+    return v;
+  }
+
   static ExprPtr make(Expr::Kind kind, const Location& at) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -61,6 +99,7 @@ class Parser {
 
   // Statements up to one of `ends` (its "{% name" is consumed, the name returned in `end`).
   Body parse_body(std::vector<std::string> ends, std::string& end, const Location& opened) {
+    const Nest nest(*this, opened);
     Body body;
     for (;;) {
       const Token& t = peek();
@@ -234,6 +273,7 @@ class Parser {
   // ---- expressions ----------------------------------------------------------
 
   ExprPtr parse_expression() {
+    const Nest nest(*this, peek().at);
     ExprPtr e = parse_or();
     while (is_name("if")) {
       auto t = make(Expr::Kind::Ternary, next().at);
@@ -272,6 +312,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    const Nest nest(*this, peek().at);
     if (is_name("not")) {
       auto e = make(Expr::Kind::Unary, next().at);
       e->name = "not";
@@ -333,6 +374,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Nest nest(*this, peek().at);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       e = make(Expr::Kind::Unary, peek().at);
@@ -365,7 +407,7 @@ class Parser {
     if (t.type == T::Int || t.type == T::Float) {
       ++i_;
       auto e = make(Expr::Kind::Literal, t.at);
-      e->value = t.type == T::Int ? Value(int64_t(std::stoll(t.text))) : Value(std::stod(t.text));
+      e->value = t.type == T::Int ? Value(int_literal(t)) : Value(std::strtod(t.text.c_str(), nullptr));
       return e;
     }
     if (is_op("(")) return parse_paren();
@@ -414,7 +456,7 @@ class Parser {
           auto s = make(Expr::Kind::Subscript, at);
           s->a = std::move(e);
           s->b = make(Expr::Kind::Literal, at);
-          s->b->value = Value(int64_t(std::stoll(next().text)));
+          s->b->value = Value(int_literal(next()));
           e = std::move(s);
           continue;
         }
@@ -519,6 +561,9 @@ class Parser {
 
 }  // namespace
 
-Body parse(const std::vector<Token>& tokens) { return Parser(tokens).parse_template(); }
+Body parse(const std::vector<Token>& tokens) {
+  check_tag_lengths(tokens);
+  return Parser(tokens).parse_template();
+}
 
 }  // namespace spool::jinja

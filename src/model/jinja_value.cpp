@@ -5,7 +5,24 @@
 #include <charconv>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace spool::jinja {
+
+namespace {
+
+// Namespaces are shared by reference, so a template can make one hold itself
+// ({% set ns.me = ns %}); printing, comparing or serialising such a value
+// stops at this depth with an error instead of recursing off the stack.
+constexpr int kMaxValueDepth = 64;
+
+void check_depth(int depth) {
+  if (depth > kMaxValueDepth)
+    throw Error("template error: a value nested more than " + std::to_string(kMaxValueDepth) +
+                " levels deep (a namespace that contains itself?)");
+}
+
+}  // namespace
 
 const Value* Dict::find(const std::string& key) const {
   for (const auto& [k, v] : items)
@@ -127,6 +144,7 @@ void json_string(const std::string& s, std::string& out) {
 }
 
 void json_value(const Value& v, int indent, int depth, std::string& out) {
+  check_depth(depth);
   const auto newline = [&](int d) {
     out += '\n';
     out.append(size_t(indent) * d, ' ');
@@ -185,30 +203,40 @@ std::string Value::str() const {
   }
 }
 
-std::string Value::repr() const {
-  switch (kind()) {
+namespace {
+std::string repr_at(const Value& v, int depth);
+}
+
+std::string Value::repr() const { return repr_at(*this, 0); }
+
+namespace {
+std::string repr_at(const Value& v, int depth) {
+  using Kind = Value::Kind;
+  check_depth(depth);
+  switch (v.kind()) {
     case Kind::Undefined: return "";
     case Kind::None: return "None";
-    case Kind::Bool: return as_bool() ? "True" : "False";
-    case Kind::Int: return std::to_string(as_int());
-    case Kind::Float: return format_float(as_double());
-    case Kind::String: return repr_string(as_string());
+    case Kind::Bool: return v.as_bool() ? "True" : "False";
+    case Kind::Int: return std::to_string(v.as_int());
+    case Kind::Float: return format_float(v.as_double());
+    case Kind::String: return repr_string(v.as_string());
     case Kind::List: {
       std::string out = "[";
-      for (size_t i = 0; i < as_list().size(); ++i) out += (i ? ", " : "") + as_list()[i].repr();
+      for (size_t i = 0; i < v.as_list().size(); ++i) out += (i ? ", " : "") + repr_at(v.as_list()[i], depth + 1);
       return out + "]";
     }
     case Kind::Dict: {
       std::string out = "{";
-      const Dict& d = as_dict();
+      const Dict& d = v.as_dict();
       for (size_t i = 0; i < d.items.size(); ++i)
-        out += (i ? ", " : "") + repr_string(d.items[i].first) + ": " + d.items[i].second.repr();
+        out += (i ? ", " : "") + repr_string(d.items[i].first) + ": " + repr_at(d.items[i].second, depth + 1);
       return out + "}";
     }
     case Kind::Function: return "<function>";
   }
   return "";
 }
+}  // namespace
 
 const char* Value::type_name() const {
   static const char* names[] = {"undefined", "none", "bool", "int", "float", "string", "list", "dict", "function"};
@@ -255,7 +283,15 @@ std::string Value::to_json(int indent) const {
   return out;
 }
 
-bool operator==(const Value& a, const Value& b) {
+namespace {
+bool equal_at(const Value& a, const Value& b, int depth);
+}
+
+bool operator==(const Value& a, const Value& b) { return equal_at(a, b, 0); }
+
+namespace {
+bool equal_at(const Value& a, const Value& b, int depth) {
+  check_depth(depth);
   if (a.is_number() && b.is_number()) {
     if (a.is_int() && b.is_int()) return a.as_int() == b.as_int();
     return a.as_double() == b.as_double();
@@ -272,7 +308,7 @@ bool operator==(const Value& a, const Value& b) {
       const List &x = a.as_list(), &y = b.as_list();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i)
-        if (!(x[i] == y[i])) return false;
+        if (!equal_at(x[i], y[i], depth + 1)) return false;
       return true;
     }
     case Value::Kind::Dict: {
@@ -280,7 +316,7 @@ bool operator==(const Value& a, const Value& b) {
       if (x.items.size() != y.items.size()) return false;
       for (const auto& [k, v] : x.items) {
         const Value* w = y.find(k);
-        if (!w || !(v == *w)) return false;
+        if (!w || !equal_at(v, *w, depth + 1)) return false;
       }
       return true;
     }
@@ -288,5 +324,7 @@ bool operator==(const Value& a, const Value& b) {
     default: return false;
   }
 }
+
+}  // namespace
 
 }  // namespace spool::jinja

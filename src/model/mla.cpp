@@ -249,7 +249,9 @@ void MlaAttention::attend_plain(WeightStore& store, ThreadPool& pool, KvCache& k
   const float scale = mla_kq_scale(c_);
   std::map<int, int> n_pos_of;  // seq -> positions its tokens attend to
   for (int t = 0; t < n; ++t) n_pos_of[batch.seq[t]] = std::max(n_pos_of[batch.seq[t]], batch.pos[t] + 1);
-  for (const auto& [seq, P] : n_pos_of) {
+  for (const auto& entry : n_pos_of) {
+    // Plain names, not a structured binding: the lambda below captures them (clang < 16 cannot).
+    const int seq = entry.first, P = entry.second;
     const KvSeqView view = kv.view(layer, seq);
     grow(s_->lat, (size_t)P * L);
     for (int p = 0; p < P; ++p) std::memcpy(s_->lat.data() + (size_t)p * L, view.k(p), L * sizeof(float));  // [P, kv_lora_rank]

@@ -163,18 +163,6 @@ void add_hooks(ServerContext& ctx) {
 
 }  // namespace
 
-json parse_json_body(const httplib::Request& req) {
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_request_error",
-                   "invalid_json");
-  }
-  if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object", "invalid_request_error", "invalid_json");
-  return body;
-}
-
 int limit_param(const httplib::Request& req, int def, int max) {
   if (!req.has_param("limit")) return def;
   int limit = -1;
@@ -208,14 +196,18 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
   ctx_->created = std::time(nullptr);
   add_model(engine, ctx_->options.model_id, ctx_->options.model_aliases);
   const EngineOptions& eo = engine.options();
-  const int threads = ctx_->options.http_threads > 0 ? ctx_->options.http_threads : eo.max_running + eo.max_waiting + 8;
+  const int for_requests = ctx_->options.http_threads > 0 ? ctx_->options.http_threads
+                                                          : eo.max_running + eo.max_waiting + 8;
+  const int threads = std::max(for_requests, ctx_->options.max_connections);
   ctx_->http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
   ctx_->http.set_payload_max_length(ctx_->options.max_body_bytes);
+  ctx_->http.set_read_timeout(std::max(1, ctx_->options.read_timeout_s), 0);
   ctx_->http.set_tcp_nodelay(true);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server bind a port in use.
-  ctx_->http.set_socket_options([](int sock) {
+  ctx_->http.set_socket_options([ctx = ctx_.get()](int sock) {
     const int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    ctx->listen_fd = sock;
   });
   // An idle keep-alive connection holds a worker until this runs out, and stop() waits for the workers.
   ctx_->http.set_keep_alive_timeout(2);
@@ -270,6 +262,10 @@ int ApiServer::bind() {
   if (port <= 0)
     throw Error("cannot listen on " + o.host + ":" + std::to_string(o.port) +
                 " (address in use, or not an address of this machine)");
+  // The packaged httplib listens with a backlog of 5: a burst of connections (many
+  // clients at once, slow ones included) would have its SYNs dropped and retried
+  // seconds later. Listening again on the same socket raises the backlog.
+  if (ctx_->listen_fd >= 0) ::listen(ctx_->listen_fd, SOMAXCONN);
   return port;
 }
 

@@ -31,6 +31,11 @@ struct ServerOptions {
   std::vector<std::string> model_aliases; // other `model` values accepted (e.g. the path as given)
   int http_threads = 0;                   // 0: enough for every running and waiting request, plus a few
   uint64_t mem_budget_bytes = 0;          // --mem-budget, all models together (0: none); GET /v1/stats reports it
+  // Connections served at once (one HTTP worker thread each; at least http_threads). A slow
+  // client holds its worker until read_timeout_s passes without a byte from it, so this
+  // must exceed the slow clients a server should shrug off; more connections wait their turn.
+  int max_connections = 256;
+  int read_timeout_s = 5;                 // a connection that sends nothing this long is closed
 };
 
 class ApiServer {

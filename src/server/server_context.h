@@ -43,6 +43,7 @@ struct ApiServer::Context {
   httplib::Server http;
   agents::PipelineRunner* runner = nullptr;  // null: the pipeline routes answer 404
   std::unique_ptr<BatchRunner> batches;      // with a runner: the Batch API over its store
+  int listen_fd = -1;                        // the listening socket (set while binding)
 
   Context(Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {}
 };

@@ -10,6 +10,9 @@
 #include <deque>
 
 #include "core/error.h"
+#include "storage/http_range.h"
+
+static_assert(CURL_ERROR_SIZE <= sizeof(spool::RangeTransfer::errbuf));
 
 namespace spool {
 
@@ -24,21 +27,6 @@ void global_init() {
   });
 }
 
-bool iequals_prefix(const char* s, size_t n, const char* prefix) {
-  const size_t k = std::strlen(prefix);
-  if (n < k) return false;
-  for (size_t i = 0; i < k; ++i)
-    if (std::tolower((unsigned char)s[i]) != std::tolower((unsigned char)prefix[i])) return false;
-  return true;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\r' || s.back() == '\n' || s.back() == ' ' || s.back() == '\t')) s.pop_back();
-  size_t a = 0;
-  while (a < s.size() && (s[a] == ' ' || s[a] == '\t')) ++a;
-  return s.substr(a);
-}
-
 // Curl errors worth another attempt: the network or the server hiccuped.
 bool retriable(CURLcode rc) {
   switch (rc) {
@@ -51,100 +39,7 @@ bool retriable(CURLcode rc) {
   }
 }
 
-// One HTTP range request (a whole ReadRequest or a chunk of one) and what came back.
-struct Transfer {
-  uint64_t offset = 0, n = 0;
-  uint8_t* dst = nullptr;
-  bool probe = false;        // the size probe: bytes=0-0, learns the total from Content-Range
-  uint64_t whole_size = 0;   // a 200 answer is accepted only for a request covering the whole file
-  // Per attempt:
-  uint64_t got = 0;
-  long status = 0;
-  std::string status_line;
-  std::string content_range;
-  long retry_after_s = 0;    // a 429/503's Retry-After (seconds form)
-  bool checked = false;      // status and Content-Range verified at the first body byte
-  std::string fatal;         // set by the callbacks: a failure retrying cannot fix
-  char errbuf[CURL_ERROR_SIZE] = {0};
-  // Across attempts:
-  int attempt = 0;
-  Clock::time_point due{};
-  uint64_t total = 0;  // probe: the file size
-
-  void reset_attempt() {
-    got = 0; status = 0; status_line.clear(); content_range.clear(); retry_after_s = 0; checked = false; fatal.clear();
-    errbuf[0] = 0;
-  }
-  std::string range() const { return "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1); }
-};
-
-size_t on_header(char* data, size_t size, size_t count, void* user) {
-  auto* t = static_cast<Transfer*>(user);
-  const size_t len = size * count;
-  if (len >= 5 && std::memcmp(data, "HTTP/", 5) == 0) {
-    // A new response (after a redirect or a 100 Continue): forget the last one's headers.
-    t->status_line = trim(std::string(data, len));
-    const size_t sp = t->status_line.find(' ');
-    t->status = sp == std::string::npos ? 0 : std::atol(t->status_line.c_str() + sp + 1);
-    t->content_range.clear();
-  } else if (iequals_prefix(data, len, "content-range:")) {
-    t->content_range = trim(std::string(data + 14, len - 14));
-  } else if (iequals_prefix(data, len, "retry-after:")) {
-    t->retry_after_s = std::max(0L, std::atol(trim(std::string(data + 12, len - 12)).c_str()));
-  }
-  return len;
-}
-
-// Parses "bytes A-B/T" (T may be "*"); false if it is not that.
-bool parse_content_range(const std::string& s, uint64_t& a, uint64_t& b, uint64_t& total, bool& total_known) {
-  unsigned long long x, y;
-  int used = 0;
-  if (std::sscanf(s.c_str(), "bytes %llu-%llu/%n", &x, &y, &used) != 2 || used == 0) return false;
-  a = x; b = y;
-  const char* t = s.c_str() + used;
-  total_known = *t != '*';
-  total = total_known ? std::strtoull(t, nullptr, 10) : 0;
-  return b >= a;
-}
-
-size_t on_body(char* data, size_t size, size_t count, void* user) {
-  auto* t = static_cast<Transfer*>(user);
-  const size_t len = size * count;
-  if (t->status < 200 || t->status >= 300) return len;  // an error page: discarded, the status tells
-  if (!t->checked) {
-    t->checked = true;
-    if (t->status == 206) {
-      uint64_t a = 0, b = 0, total = 0;
-      bool known = false;
-      if (!parse_content_range(t->content_range, a, b, total, known)) {
-        t->fatal = "206 answer without a valid Content-Range ('" + t->content_range + "')";
-        return 0;
-      }
-      if (a != t->offset || (!t->probe && b != t->offset + t->n - 1)) {
-        t->fatal = "server sent Content-Range '" + t->content_range + "' for the requested range";
-        return 0;
-      }
-      if (t->probe) {
-        if (!known) {
-          t->fatal = "server does not say the file size (Content-Range '" + t->content_range + "')";
-          return 0;
-        }
-        t->total = total;
-      }
-    } else if (!(t->status == 200 && t->offset == 0 && t->n == t->whole_size)) {
-      t->fatal = "server ignored the Range header (answered " + t->status_line +
-                 " instead of 206 Partial Content): it does not support range requests";
-      return 0;
-    }
-  }
-  if (t->got + len > t->n) {
-    t->fatal = "oversized body: the server sent more than the " + std::to_string(t->n) + " bytes requested";
-    return 0;
-  }
-  std::memcpy(t->dst + t->got, data, len);
-  t->got += len;
-  return len;
-}
+using Transfer = RangeTransfer;
 
 }  // namespace
 
@@ -226,8 +121,8 @@ std::string run_transfers(HttpStorage::Context& c, const std::string& url, std::
       curl_easy_setopt(e, CURLOPT_USERAGENT, "spool");
       curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
       if (!tuning.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, tuning.ca_file.c_str());
-      curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-      curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+      curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_range_header);
+      curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_range_body);
     }
     curl_easy_setopt(e, CURLOPT_URL, url.c_str());
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, tuning.connect_timeout_s);

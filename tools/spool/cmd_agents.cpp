@@ -59,7 +59,7 @@ json read_spec_file(const std::string& path) {
   }
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column 2: ...".
     std::string what = e.what();
     if (const size_t p = what.find("] "); what.starts_with("[json.exception") && p != std::string::npos)

@@ -28,6 +28,7 @@ struct ServeOptions {
   std::string kv_pool;
   int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64, max_runs = 1;
   size_t max_body = 8u << 20;
+  int max_connections = 256, read_timeout = 5;
   ModelFlags model_flags;  // --mem-budget and friends, as run/bench
 };
 
@@ -48,6 +49,8 @@ void serve(const ServeOptions& o) {
   server::check_bind_policy(o.host, key);  // before the (possibly long) model load
   if (o.parallel < 1) throw Error("--parallel must be at least 1");
   if (o.max_waiting < 1) throw Error("--max-waiting must be at least 1");
+  if (o.max_connections < 1) throw Error("--max-connections must be at least 1");
+  if (o.read_timeout < 1) throw Error("--read-timeout must be at least 1 second");
 
   // SIGINT/SIGTERM go to one waiting thread (blocked everywhere else, threads inherit the mask).
   sigset_t signals;
@@ -109,6 +112,8 @@ void serve(const ServeOptions& o) {
   so.api_key = key;
   so.max_body_bytes = o.max_body;
   so.mem_budget_bytes = o.model_flags.mem_budget.empty() ? 0 : parse_size(o.model_flags.mem_budget);
+  so.max_connections = o.max_connections;
+  so.read_timeout_s = o.read_timeout;
   const auto aliases_of = [](const Loaded& l) {
     std::vector<std::string> a{l.path};
     if (l.id != model_id_of(l.path)) a.push_back(model_id_of(l.path));
@@ -176,6 +181,12 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-b,--batch-size", o->n_batch, "Tokens per engine step (decodes + prefill chunks)")->capture_default_str();
   cmd->add_option("--max-waiting", o->max_waiting, "Queued requests at most; beyond it requests get 503")->capture_default_str();
   cmd->add_option("--max-body", o->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
+  cmd->add_option("--max-connections", o->max_connections,
+                  "Connections served at once (one worker thread each); more wait for a free worker")
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", o->read_timeout,
+                  "Seconds a connection may send nothing (mid-header, mid-body or idle) before it is closed")
+      ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
                "Never reuse KV blocks of earlier requests (for measuring what the prefix cache saves)");
   cmd->add_option("--kv-pool", o->kv_pool,
