@@ -213,6 +213,14 @@ int cached_blocks_of(Scheduler& s, const std::vector<int32_t>& tokens) {
   return (int)s.prefix_cache()->match(tokens, (int)tokens.size() / 4).size();
 }
 
+SchedOptions sched_options(int max_running, bool kv_hints) {
+  SchedOptions so;
+  so.max_running = max_running;
+  so.max_batch_tokens = 64;
+  so.kv_hints = kv_hints;
+  return so;
+}
+
 void run_to_end(Scheduler& s, SchedRequest& r) {
   s.add(&r);
   for (int i = 0; i < 100 && r.n_computed < (int)r.tokens.size(); ++i) s.commit(s.plan());
@@ -233,17 +241,8 @@ TEST(SchedulerHints, HintedAndWaitingPrefixesOutliveOlderBlocks) {
   for (const HintCase& c : cases) {
     SCOPED_TRACE(testing::Message() << "kv_hints=" << c.kv_hints << " owner_hint=" << c.owner_hint
                                     << " waiting_on_a=" << c.waiting_on_a);
-    KvShape shape;
-    shape.n_layer = 1;
-    shape.n_head_kv = 1;
-    shape.head_dim_k = 4;
-    shape.head_dim_v = 4;
-    PagedKvCache kv(shape, 4, 12, 64, 2);
-    SchedOptions so;
-    so.max_running = 1;
-    so.max_batch_tokens = 64;
-    so.kv_hints = c.kv_hints;
-    Scheduler s(so, kv);
+    PagedKvCache kv(small_shape(), 4, 12, 64, 2);
+    Scheduler s(sched_options(1, c.kv_hints), kv);
     SchedRequest a, b, cr, d;
     a.tokens = seq_tokens(1, 16);  // 4 full blocks, the oldest cached
     b.tokens = seq_tokens(100, 16);
@@ -275,17 +274,8 @@ TEST(SchedulerHints, HintedAndWaitingPrefixesOutliveOlderBlocks) {
 TEST(SchedulerHints, RequestThatWouldEvictHintedBlocksLetsTheirUserGoFirst) {
   for (bool hints : {true, false}) {
     SCOPED_TRACE(testing::Message() << "kv_hints=" << hints);
-    KvShape shape;
-    shape.n_layer = 1;
-    shape.n_head_kv = 1;
-    shape.head_dim_k = 4;
-    shape.head_dim_v = 4;
-    PagedKvCache kv(shape, 4, 12, 64, 3);
-    SchedOptions so;
-    so.max_running = 3;
-    so.max_batch_tokens = 64;
-    so.kv_hints = hints;
-    Scheduler s(so, kv);
+    PagedKvCache kv(small_shape(), 4, 12, 64, 3);
+    Scheduler s(sched_options(3, hints), kv);
     SchedRequest a, run, big, user;
     a.tokens = seq_tokens(1, 16);      // 4 blocks, then cached
     run.tokens = seq_tokens(100, 15);  // 4 blocks, keeps running
