@@ -276,10 +276,6 @@ void RunExecutor::update_hints(size_t pos) {
   }
 }
 
-std::vector<int32_t> RunExecutor::tokenize(const AgentSpec& a, const AgentModel& m, const std::string& user) {
-  return agent_prompt_tokens(a, m, user);
-}
-
 // Renders the agent's template; when prompt + max_tokens would not fit the
 // context, applies the spec's policy to the history pieces ({previous},
 // {agents.X.output}): summarize them (the model writes a summary), truncate
@@ -313,7 +309,7 @@ std::vector<int32_t> RunExecutor::build_prompt(const AgentSpec& a, int round, co
   if (max_tokens >= limit)
     throw RunFailed{"max_tokens " + std::to_string(max_tokens) + " leaves no room for a prompt in a context of " +
                     std::to_string(limit) + " tokens"};
-  std::vector<int32_t> ids = tokenize(a, m, join_pieces(pieces));
+  std::vector<int32_t> ids = agent_prompt_tokens(a, m, join_pieces(pieces));
   if ((int)ids.size() + max_tokens <= limit) return ids;
 
   const std::string tag = "[agent:" + a.name + "]";
@@ -345,7 +341,7 @@ std::vector<int32_t> RunExecutor::build_prompt(const AgentSpec& a, int round, co
           pieces[i].text = keep > 0 ? header + tok.decode(std::vector<int32_t>(piece.end() - keep, piece.end()))
                                     : std::string();
         }
-        ids = tokenize(a, m, join_pieces(pieces));
+        ids = agent_prompt_tokens(a, m, join_pieces(pieces));
       }
     }
   }
@@ -367,12 +363,12 @@ std::string RunExecutor::summarize(const AgentSpec& a, const AgentModel& m, cons
   const std::string head = "Summarize the following text in a few sentences, keeping facts, decisions and results:\n\n";
   const int n_ctx = m.engine->options().n_ctx;
   std::vector<int32_t> body = tok.encode(text, false, false);
-  const int overhead = (int)tokenize(s, m, head).size() + 8;
+  const int overhead = (int)agent_prompt_tokens(s, m, head).size() + 8;
   const int room = n_ctx - overhead - max_tokens;
   if (room <= 0) return "";
   if ((int)body.size() > room) body.erase(body.begin(), body.end() - room);
   RequestParams p;
-  p.prompt = tokenize(s, m, head + tok.decode(body));
+  p.prompt = agent_prompt_tokens(s, m, head + tok.decode(body));
   p.max_tokens = max_tokens;
   p.sampling.temperature = 0;
   const StepResult r = generate(s, m, std::move(p), false, 0);

@@ -66,7 +66,6 @@ class RunExecutor {
   std::vector<int32_t> build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens);
   std::string summarize(const AgentSpec& a, const AgentModel& m, const std::string& text, int max_tokens);
   StepResult generate(const AgentSpec& a, const AgentModel& m, RequestParams p, bool stream_tokens, int round);
-  std::vector<int32_t> tokenize(const AgentSpec& a, const AgentModel& m, const std::string& user);
   // Stores the step (if any), the log lines and the event in one transaction,
   // then publishes the event to SSE clients and the lines to stderr.
   void record(const StepRecord* step, const nlohmann::json& event, const std::vector<std::string>& lines);

@@ -102,18 +102,6 @@ class Families {
   const std::vector<ModelFigures>& models_;
 };
 
-uint64_t weight_lookups(const StoreStats& w) {
-  uint64_t n = 0;
-  for (const LayerCacheStats& l : w.layers) n += l.lookups();
-  return n;
-}
-
-uint64_t weight_hits(const StoreStats& w) {
-  uint64_t n = 0;
-  for (const LayerCacheStats& l : w.layers) n += l.hits + l.prefetched;
-  return n;
-}
-
 // Streaming weight store: what was read from storage and how often a needed
 // unit was already in memory (cached from earlier use, or read ahead in time).
 void append_weight_metrics(Families& f) {
@@ -122,13 +110,13 @@ void append_weight_metrics(Families& f) {
   f.add("spool_weight_read_requests_total", "counter", "Storage reads issued by the weight store.",
         [](const ModelFigures& m) { return (double)m.weights->requests; }, true);
   f.add("spool_weight_cache_lookups_total", "counter", "Streamed weight units needed by compute.",
-        [](const ModelFigures& m) { return (double)weight_lookups(*m.weights); }, true);
+        [](const ModelFigures& m) { return (double)m.weights->lookups(); }, true);
   f.add("spool_weight_cache_hits_total", "counter",
         "Streamed weight units already in memory when needed (cached or read ahead).",
-        [](const ModelFigures& m) { return (double)weight_hits(*m.weights); }, true);
+        [](const ModelFigures& m) { return (double)m.weights->hits_total(); }, true);
   f.ratio("spool_weight_cache_hit_ratio", "spool_weight_cache_hits_total / lookups.",
-          [](const ModelFigures& m) { return (double)weight_hits(*m.weights); },
-          [](const ModelFigures& m) { return (double)weight_lookups(*m.weights); });
+          [](const ModelFigures& m) { return (double)m.weights->hits_total(); },
+          [](const ModelFigures& m) { return (double)m.weights->lookups(); });
   f.add("spool_weight_io_wait_seconds_total", "counter", "Time compute waited for weight reads.",
         [](const ModelFigures& m) { return m.weights->io_wait_ns / 1e9; }, true);
   f.add("spool_weight_cache_evictions_total", "counter", "Weight cache evictions.",

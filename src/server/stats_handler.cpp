@@ -53,13 +53,10 @@ json engine_json(const EngineStats& s) {
 
 json weights_json(const StoreStats& w) {
   json layers = json::array();
-  uint64_t lookups = 0, hits = 0;
-  for (const LayerCacheStats& l : w.layers) {
+  for (const LayerCacheStats& l : w.layers)
     layers.push_back({{"hits", l.hits}, {"prefetched", l.prefetched}, {"inflight", l.inflight}, {"misses", l.misses},
                       {"wait_seconds", (double)l.wait_ns / 1e9}});
-    lookups += l.lookups();
-    hits += l.hits + l.prefetched;
-  }
+  const uint64_t lookups = w.lookups(), hits = w.hits_total();
   return {{"bytes_read", w.bytes_read},         {"load_bytes", w.load_bytes},
           {"read_requests", w.requests},        {"io_wait_seconds", (double)w.io_wait_ns / 1e9},
           {"evictions", w.evictions},           {"lookups", lookups},

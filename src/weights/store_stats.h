@@ -33,6 +33,18 @@ struct StoreStats {
   uint64_t arena_bytes = 0, resident_bytes = 0, budget_bytes = 0, peak_pinned_bytes = 0;
   int expert_slots = 0, tensor_slots = 0;
   uint64_t expert_slot_bytes = 0, tensor_slot_bytes = 0;
+
+  // Over all layers: units needed by compute, and of them those already in memory (cached or read ahead).
+  uint64_t lookups() const {
+    uint64_t n = 0;
+    for (const LayerCacheStats& l : layers) n += l.lookups();
+    return n;
+  }
+  uint64_t hits_total() const {
+    uint64_t n = 0;
+    for (const LayerCacheStats& l : layers) n += l.hits + l.prefetched;
+    return n;
+  }
 };
 
 }  // namespace spool

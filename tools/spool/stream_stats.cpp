@@ -37,11 +37,6 @@ uint64_t sum_prefetched(const StoreStats& s) {
   for (const auto& l : s.layers) n += l.prefetched;
   return n;
 }
-uint64_t sum_lookups(const StoreStats& s) {
-  uint64_t n = 0;
-  for (const auto& l : s.layers) n += l.lookups();
-  return n;
-}
 uint64_t sum_misses(const StoreStats& s) {
   uint64_t n = 0;
   for (const auto& l : s.layers) n += l.misses;
@@ -64,7 +59,7 @@ void StatsRecorder::end_step(const char* phase, int n_tokens) {
   const double wall = now_seconds() - t_begin_;
   const StoreStats now = model_.weights().stats_snapshot();
   const double io_wait = (now.io_wait_ns - before_.io_wait_ns) * 1e-9;
-  const uint64_t lookups = sum_lookups(now) - sum_lookups(before_), hits = sum_hits(now) - sum_hits(before_);
+  const uint64_t lookups = now.lookups() - before_.lookups(), hits = sum_hits(now) - sum_hits(before_);
   total_tokens_ += n_tokens;
   steps_.push_back({{"phase", phase},
                     {"n_tokens", n_tokens},
@@ -85,7 +80,7 @@ void StatsRecorder::end_step(const char* phase, int n_tokens) {
     const double el = now_seconds() - t_start_;
     std::fprintf(stderr, "\r\033[K[spool] %llu tokens, %.2f tok/s, %.2f GB read, hit %.0f%%, io wait %.0f%% ",
                  (unsigned long long)total_tokens_, total_tokens_ / std::max(el, 1e-9), gb,
-                 100.0 * (sum_lookups(now) ? (double)sum_hits(now) / sum_lookups(now) : 1.0),
+                 100.0 * (now.lookups() ? (double)sum_hits(now) / now.lookups() : 1.0),
                  100.0 * (now.io_wait_ns - start_.io_wait_ns) * 1e-9 / std::max(el, 1e-9));
     progressed_ = true;
   }
@@ -134,7 +129,7 @@ nlohmann::json StatsRecorder::to_json(const nlohmann::json& extra) const {
       decode_bytes += st["bytes_read"].get<uint64_t>();
     }
   }
-  const uint64_t lookups = sum_lookups(s), hits = sum_hits(s);
+  const uint64_t lookups = s.lookups(), hits = sum_hits(s);
   nlohmann::json j = {
       {"mode", model_.weights().mode()},
       {"store",
