@@ -14,7 +14,9 @@ namespace {
 class SimpleKvCache final : public KvCache {
  public:
   SimpleKvCache(const KvShape& shape, int n_ctx, int max_seqs)
-      : shape_(shape), n_ctx_(n_ctx), seqs_(max_seqs) {}
+      : shape_(shape), n_ctx_(n_ctx), seqs_(max_seqs) {
+    init_recurrent(shape, max_seqs);
+  }
 
   const KvShape& shape() const override { return shape_; }
   int n_ctx() const override { return n_ctx_; }
@@ -32,6 +34,7 @@ class SimpleKvCache final : public KvCache {
       s.k = make_huge_array<uint8_t>(s.k_bytes);
       if (s.v_bytes > 0) s.v = make_huge_array<uint8_t>(s.v_bytes);
     }
+    if (recurrent_) recurrent_->ensure(seq);
   }
 
   KvSeqView view(int layer, int seq) override {
@@ -48,12 +51,16 @@ class SimpleKvCache final : public KvCache {
   }
 
   void clear(int seq) override {
-    if (seq >= 0 && seq < (int)seqs_.size()) seqs_[seq] = Seq{};
+    if (seq >= 0 && seq < (int)seqs_.size()) {
+      seqs_[seq] = Seq{};
+      if (recurrent_) recurrent_->clear(seq);
+    }
   }
 
   uint64_t bytes_allocated() const override {
     uint64_t n = 0;
     for (const Seq& s : seqs_) n += s.k_bytes + s.v_bytes;
+    if (recurrent_) n += recurrent_->bytes_allocated();
     return n;
   }
 

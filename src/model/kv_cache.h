@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/recurrent_state.h"
 
 namespace spool {
 
@@ -21,6 +22,9 @@ struct KvShape {
   int head_dim_k = 0;
   int head_dim_v = 0;
   DType type = DType::F32;  // element type of the cached rows: F32 or F16
+  // Hybrid models: per-sequence recurrent state of the linear-attention layers
+  // (model/recurrent_state.h), held beside the KV rows; empty otherwise.
+  RecurrentShape recurrent;
   int k_row() const { return n_head_kv * head_dim_k; }
   int v_row() const { return n_head_kv * head_dim_v; }
   size_t elem_bytes() const { return type == DType::F16 ? 2 : 4; }
@@ -54,6 +58,16 @@ class KvCache {
   // Forgets everything stored for seq.
   virtual void clear(int seq) = 0;
   virtual uint64_t bytes_allocated() const = 0;
+  // The recurrent state of hybrid models (nullptr when the shape has none).
+  // reserve() allocates a sequence's state, clear() frees it.
+  RecurrentState* recurrent() { return recurrent_.get(); }
+  const RecurrentState* recurrent() const { return recurrent_.get(); }
+
+ protected:
+  void init_recurrent(const KvShape& shape, int max_seqs) {
+    if (!shape.recurrent.empty()) recurrent_ = std::make_unique<RecurrentState>(shape.recurrent, max_seqs);
+  }
+  std::unique_ptr<RecurrentState> recurrent_;
 };
 
 // One contiguous n_ctx buffer per sequence, allocated on first use.

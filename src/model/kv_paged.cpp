@@ -29,9 +29,12 @@ PagedKvCache::PagedKvCache(const KvShape& shape, int block_size, int n_blocks, i
   free_.reserve(n_blocks);
   for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);  // hands out 0, 1, 2, ... first
   tables_.resize(max_seqs);
+  init_recurrent(shape, max_seqs);
 }
 
-uint64_t PagedKvCache::bytes_allocated() const { return block_bytes(shape_, block_size_) * n_blocks_; }
+uint64_t PagedKvCache::bytes_allocated() const {
+  return block_bytes(shape_, block_size_) * n_blocks_ + (recurrent_ ? recurrent_->bytes_allocated() : 0);
+}
 
 void PagedKvCache::check_seq(int seq) const {
   if (seq < 0 || seq >= (int)tables_.size())
@@ -153,6 +156,7 @@ bool PagedKvCache::prepare_write(int seq, int begin, int end) {
     SPOOL_CHECK(b >= 0);
     t.push_back(b);
   }
+  if (recurrent_) recurrent_->ensure(seq);
   return true;
 }
 
@@ -165,6 +169,7 @@ void PagedKvCache::reserve(int seq, int n_pos) {
   if (n_pos > have_pos && !prepare_write(seq, have_pos, n_pos))
     throw Error("KV cache pool exhausted: " + std::to_string(n_blocks_) + " blocks of " +
                 std::to_string(block_size_) + " positions");
+  if (recurrent_) recurrent_->ensure(seq);
 }
 
 KvSeqView PagedKvCache::view(int layer, int seq) {
@@ -191,6 +196,7 @@ void PagedKvCache::clear(int seq) {
   // unreachable by prefix lookup).
   for (auto it = tables_[seq].rbegin(); it != tables_[seq].rend(); ++it) unref(*it);
   tables_[seq].clear();
+  if (recurrent_) recurrent_->clear(seq);
 }
 
 }  // namespace spool
