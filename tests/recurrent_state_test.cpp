@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "model/config.h"
 #include "model/delta_rule.h"
 #include "model/kv_cache.h"
 #include "model/kv_paged.h"
@@ -114,6 +115,20 @@ TEST(RecurrentState, CachesAllocateOnReserveAndFreeOnClear) {
   KvShape plain = s;
   plain.recurrent = {};
   EXPECT_EQ(make_simple_kv_cache(plain, 16, 1)->recurrent(), nullptr);
+}
+
+TEST(RecurrentState, HybridConfigMapsAttentionLayersToKvLayers) {
+  ModelConfig c;
+  c.n_layer = 5;
+  EXPECT_EQ(c.n_attn_layer(), 5);
+  EXPECT_EQ(c.kv_layer(3), 3);
+  c.layer_recurrent = {1, 1, 0, 1, 0};
+  EXPECT_EQ(c.n_attn_layer(), 2);
+  EXPECT_EQ(c.kv_layer(0), -1);
+  EXPECT_EQ(c.kv_layer(2), 0);
+  EXPECT_EQ(c.kv_layer(4), 1);
+  EXPECT_TRUE(c.is_recurrent_layer(3));
+  EXPECT_FALSE(c.is_recurrent_layer(4));
 }
 
 }  // namespace

@@ -152,4 +152,17 @@ bool ModelConfig::is_moe_layer(int layer) const {
   return true;
 }
 
+int ModelConfig::n_attn_layer() const {
+  int n = 0;
+  for (int l = 0; l < n_layer; ++l) n += is_recurrent_layer(l) ? 0 : 1;
+  return n;
+}
+
+int ModelConfig::kv_layer(int layer) const {
+  if (is_recurrent_layer(layer)) return -1;
+  int n = 0;
+  for (int l = 0; l < layer; ++l) n += is_recurrent_layer(l) ? 0 : 1;
+  return n;
+}
+
 }  // namespace spool

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/recurrent_state.h"
+
 namespace spool {
 namespace gguf { struct File; }
 
@@ -67,6 +69,19 @@ struct ModelConfig {
   bool is_moe_layer(int layer) const;
 
   MlaConfig mla;
+
+  // Hybrid linear-attention models (Qwen3-Next, Kimi Linear / K3): per layer,
+  // 1 for a linear-attention layer, which keeps recurrent state (sizes in
+  // `recurrent`, filled by the architecture) and no KV rows. Empty: every
+  // layer is full attention. The KV cache holds the attention layers only,
+  // in order (kv_layer).
+  std::vector<uint8_t> layer_recurrent;
+  RecurrentShape recurrent;
+  bool is_recurrent_layer(int layer) const {
+    return layer >= 0 && layer < (int)layer_recurrent.size() && layer_recurrent[layer] != 0;
+  }
+  int n_attn_layer() const;      // layers with KV rows
+  int kv_layer(int layer) const; // the KV layer of attention layer `layer`; -1 for a recurrent layer
 
   int q_dim() const { return n_head * head_dim_k; }
   int k_dim() const { return n_head_kv * head_dim_k; }

@@ -30,7 +30,8 @@ KvShape kv_shape_of(const ModelConfig& c, DType kv_type) {
   if (kv_type != DType::F32 && kv_type != DType::F16)
     throw Error(std::string("KV cache type must be f32 or f16, not ") + dtype_name(kv_type));
   KvShape s;
-  s.n_layer = c.n_layer;
+  s.n_layer = c.n_attn_layer();  // hybrid models: attention layers only
+  s.recurrent = c.recurrent;
   if (c.mla.enabled()) {  // one "head": the latent and the shared rope key; the latent is the value too
     s.n_head_kv = 1;
     s.head_dim_k = c.mla.kv_lora_rank + c.rope.n_dims;
@@ -212,7 +213,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
 
 uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx, DType kv_type) {
   const KvShape s = kv_shape_of(c, kv_type);
-  return (uint64_t)(s.k_row() + s.v_row()) * s.n_layer * (uint64_t)n_ctx * s.elem_bytes();
+  // Hybrid models: plus one sequence's recurrent state (it does not grow with n_ctx).
+  return (uint64_t)(s.k_row() + s.v_row()) * s.n_layer * (uint64_t)n_ctx * s.elem_bytes() + s.recurrent.bytes_per_seq();
 }
 
 // Activations of one forward pass of n = min(n_batch, n_ctx) tokens, buffer by
