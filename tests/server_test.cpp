@@ -196,6 +196,21 @@ TEST_F(ServerTest, HealthModelsAndUnknownRoute) {
   expect_error(client_->Get("/v1/nothing"), 404, "not_found");
 }
 
+// Browsers accept brotli; httplib's per-request brotli runs at quality 11
+// (~150 ms per 50 KB), so API replies go out gzipped instead.
+TEST_F(ServerTest, JsonRepliesAreGzipNotBrotli) {
+  start();
+  auto r = client_->Get("/v1/models", {{"Accept-Encoding", "gzip, deflate, br"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_EQ(json::parse(r->body)["object"], "list");  // the client inflated it
+  r = client_->Get("/v1/models", {{"Accept-Encoding", "br"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->get_header_value("Content-Encoding"), "");
+  EXPECT_EQ(json::parse(r->body)["object"], "list");
+}
+
 TEST_F(ServerTest, CompletionNotStreamed) {
   start();
   auto r = post("/v1/completions", R"({"model": "stories260K.gguf", "prompt": "Hello", "max_tokens": 5})");

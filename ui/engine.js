@@ -3,8 +3,9 @@
 // waiting requests, time to first token, KV blocks, prefix-cache hits; when
 // the model's weights stream, weight-cache hit rate, bytes read per second and
 // per generated token, the share of time compute waited for reads, memory
-// against the budget, and per layer the time waited for reads and the units
-// read, per token over the last interval.
+// against the budget, and per layer the time storage took to read its weights,
+// the time compute waited for reads and the units read, per token over the
+// last interval (one poll: at one token per step, the last tokens decoded).
 // Each chart's element carries data-max (JSON: the largest value of each
 // series in view), which the browser tests read.
 import { getJson } from './api.js';
@@ -158,8 +159,13 @@ function delta(a, b) {
     const w = (k) => b.weights[k] - a.weights[k];
     d.w = { bytes_read: w('bytes_read'), lookups: w('lookups'), hits: w('hits'), io_wait_seconds: w('io_wait_seconds') };
     d.layers = b.weights.layers.map((l, i) => {
-      const o = a.weights.layers[i] ?? { misses: 0, inflight: 0, wait_seconds: 0 };
-      return { reads: l.misses + l.inflight - o.misses - o.inflight, wait: l.wait_seconds - o.wait_seconds };
+      const o = a.weights.layers[i] ?? { misses: 0, inflight: 0, wait_seconds: 0, read_seconds: 0, read_bytes: 0 };
+      return {
+        reads: l.misses + l.inflight - o.misses - o.inflight,
+        wait: l.wait_seconds - o.wait_seconds,
+        readTime: l.read_seconds - o.read_seconds,
+        readBytes: l.read_bytes - o.read_bytes,
+      };
     });
   }
   return d;
@@ -183,6 +189,7 @@ function paintBars(box, values, tokens, describe) {
 }
 
 function paintLayers(layers, tokens) {
+  paintBars($('engine-layer-read'), layers.map((l) => l.readTime), tokens, (v) => `${fmtMs(v)} reading from storage`);
   paintBars($('engine-layers'), layers.map((l) => l.reads), tokens, (v) => `${v.toFixed(2)} units read`);
   paintBars($('engine-layer-wait'), layers.map((l) => l.wait), tokens, (v) => `${fmtMs(v)} waiting for reads`);
 }

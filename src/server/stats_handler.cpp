@@ -55,7 +55,8 @@ json weights_json(const StoreStats& w) {
   json layers = json::array();
   for (const LayerCacheStats& l : w.layers)
     layers.push_back({{"hits", l.hits}, {"prefetched", l.prefetched}, {"inflight", l.inflight}, {"misses", l.misses},
-                      {"wait_seconds", (double)l.wait_ns / 1e9}});
+                      {"wait_seconds", (double)l.wait_ns / 1e9}, {"read_seconds", (double)l.read_ns / 1e9},
+                      {"read_bytes", l.read_bytes}});
   const uint64_t lookups = w.lookups(), hits = w.hits_total();
   return {{"bytes_read", w.bytes_read},         {"load_bytes", w.load_bytes},
           {"read_requests", w.requests},        {"io_wait_seconds", (double)w.io_wait_ns / 1e9},

@@ -15,6 +15,8 @@ struct LayerCacheStats {
   uint64_t inflight = 0;    // a read ahead was under way: waited for it
   uint64_t misses = 0;      // read on demand
   uint64_t wait_ns = 0;     // time compute waited for this layer's reads (its share of StoreStats::io_wait_ns)
+  uint64_t read_ns = 0;     // time storage took to read this layer's units (I/O threads and demand reads alike)
+  uint64_t read_bytes = 0;  // bytes read for this layer's units
   uint64_t lookups() const { return hits + prefetched + inflight + misses; }
 };
 

@@ -600,6 +600,7 @@ class StreamingStoreImpl final : public StreamingStore {
     if (it == early_.end()) {
       Unit u;
       u.bytes = 0;
+      u.layer = n_layer_;  // counted outside the layers
       Piece p;
       p.t = &t;
       p.a_off = round_down(t.offset, align_);
@@ -631,12 +632,18 @@ class StreamingStoreImpl final : public StreamingStore {
       bytes += p.a_len;
     }
     uint64_t requests = 0;
+    const uint64_t t0 = now_ns();
     for (size_t f = 0; f < per_file.size(); ++f)
       if (!per_file[f].empty()) storage_[f]->read(per_file[f]), ++requests;
     for (auto& [f, off, n, dst] : tails) storage_[f]->read_unaligned(off, n, dst), ++requests;
+    const uint64_t ns = now_ns() - t0;
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.bytes_read += bytes;
     stats_.requests += requests;
+    if (u.layer >= 0 && u.layer < (int)stats_.layers.size()) {
+      stats_.layers[u.layer].read_ns += ns;
+      stats_.layers[u.layer].read_bytes += bytes;
+    }
   }
 
   std::vector<int> units_of(const std::vector<const TensorEntry*>& tensors) const {

@@ -98,6 +98,10 @@ test('with --mem-budget the streaming charts show reads, the cache and memory ag
   const bars = await page.$$eval('#engine-layers .bar', (els) => els.map((el) => Number(el.dataset.value)));
   assert.equal(bars.length, 6, 'five layers and the tensors outside them');
   assert.ok(bars.slice(0, 5).every((v) => v > 0), `units read per layer per token: ${bars.join()}`);
+  // Storage read time per layer: every layer's weights were read during the streamed run.
+  const readTimes = await page.$$eval('#engine-layer-read .bar', (els) => els.map((el) => Number(el.dataset.value)));
+  assert.equal(readTimes.length, 6, 'five layers and the tensors outside them');
+  assert.ok(readTimes.slice(0, 5).every((v) => v > 0), `read time per layer per token: ${readTimes.join()}`);
   const waits = await page.$$eval('#engine-layer-wait .bar', (els) => els.map((el) => Number(el.dataset.value)));
   assert.equal(waits.length, 6);
   assert.ok(waits.every((v) => v >= 0) && waits.some((v) => v > 0), `wait per layer per token: ${waits.join()}`);
