@@ -25,6 +25,8 @@ struct StoreStats {
   uint64_t requests = 0;         // Storage::read calls (one per unit) and unaligned tail reads
   uint64_t load_bytes = 0;       // of bytes_read, read at load for the resident set
   uint64_t io_wait_ns = 0;       // time compute threads were blocked in acquire() for a read
+  uint64_t verified_bytes = 0;   // bytes checked against MODEL.sums (weights/checksums.h)
+  uint64_t verify_ns = 0;        // time those checks took (in the reading threads)
   uint64_t evictions = 0;
   uint64_t prefetch_issued = 0;  // units queued for the I/O threads
   uint64_t prefetch_dropped = 0; // queued units not read (no evictable slot, or already gone)

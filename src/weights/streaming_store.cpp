@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "weights/checksums.h"
 #include "weights/cache_policy.h"
 
 namespace spool {
@@ -152,6 +153,7 @@ class StreamingStoreImpl final : public StreamingStore {
  public:
   StreamingStoreImpl(Manifest m, const StreamingOptions& o) : StreamingStore(std::move(m)), opt_(o) {
     for (const std::string& f : manifest_.files) storage_.push_back(open_storage(f, opt_.storage));
+    sums_ = load_checksums_for(manifest_);  // MODEL.sums next to the file: every read is checked (checksums.h)
     for (size_t k = 0; k < storage_.size(); ++k) {
       if (storage_[k]->size() != manifest_.file_sizes[k])
         throw Error("'" + manifest_.files[k] + "' changed size since it was opened");
@@ -613,6 +615,31 @@ class StreamingStoreImpl final : public StreamingStore {
     return it->second.get() + (t.offset - round_down(t.offset, align_));
   }
 
+  // Checks a tensor's bytes against MODEL.sums; a mismatch fails the read.
+  void verify(const TensorEntry& t, const uint8_t* data) const {
+    auto it = sums_.crc.find(t.name);
+    if (it == sums_.crc.end()) return;
+    const uint32_t got = crc32_of(data, t.bytes);
+    if (got == it->second) return;
+    char msg[64];
+    std::snprintf(msg, sizeof msg, "crc32 %08x, expected %08x", got, it->second);
+    throw Error("checksum mismatch in tensor '" + t.name + "' bytes [" + std::to_string(t.offset) + ", " +
+                std::to_string(t.offset + t.bytes) + ") of '" + manifest_.files[t.file] + "': " + msg +
+                " (from '" + sums_.path + "'): the read or the file is corrupt");
+  }
+
+  // What a unit holds, for error messages: its tensors (expert slices with
+  // their expert) and their byte ranges in the file.
+  std::string describe(const Unit& u) const {
+    std::string out = u.expert ? "expert " + std::to_string(u.expert_id) + " of " : "";
+    for (size_t i = 0; i < u.pieces.size(); ++i) {
+      const TensorEntry& t = *u.pieces[i].t;
+      out += (i ? ", " : "") + std::string("tensor '") + t.name + "' bytes [" + std::to_string(t.offset) + ", " +
+             std::to_string(t.offset + t.bytes) + ") of '" + manifest_.files[t.file] + "'";
+    }
+    return out;
+  }
+
   // One Storage::read for a unit's aligned ranges; the part of a range past
   // the last whole aligned block of the file is read unaligned.
   void read_unit(const Unit& u, uint8_t* buf) {
@@ -633,13 +660,26 @@ class StreamingStoreImpl final : public StreamingStore {
     }
     uint64_t requests = 0;
     const uint64_t t0 = now_ns();
-    for (size_t f = 0; f < per_file.size(); ++f)
-      if (!per_file[f].empty()) storage_[f]->read(per_file[f]), ++requests;
-    for (auto& [f, off, n, dst] : tails) storage_[f]->read_unaligned(off, n, dst), ++requests;
+    try {
+      for (size_t f = 0; f < per_file.size(); ++f)
+        if (!per_file[f].empty()) storage_[f]->read(per_file[f]), ++requests;
+      for (auto& [f, off, n, dst] : tails) storage_[f]->read_unaligned(off, n, dst), ++requests;
+    } catch (const std::exception& e) {
+      throw Error("cannot read " + describe(u) + ": " + e.what());
+    }
     const uint64_t ns = now_ns() - t0;
+    uint64_t verify_ns = 0, verified = 0;
+    if (!sums_.crc.empty()) {
+      const uint64_t v0 = now_ns();
+      for (const Piece& p : u.pieces) verify(*p.t, buf + p.buf_off + (p.t->offset - p.a_off));
+      verify_ns = now_ns() - v0;
+      for (const Piece& p : u.pieces) verified += p.t->bytes;
+    }
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.bytes_read += bytes;
     stats_.requests += requests;
+    stats_.verify_ns += verify_ns;
+    stats_.verified_bytes += verified;
     if (u.layer >= 0 && u.layer < (int)stats_.layers.size()) {
       stats_.layers[u.layer].read_ns += ns;
       stats_.layers[u.layer].read_bytes += bytes;
@@ -840,6 +880,7 @@ class StreamingStoreImpl final : public StreamingStore {
 
   StreamingOptions opt_;
   std::vector<std::unique_ptr<Storage>> storage_;
+  TensorChecksums sums_;
   uint64_t align_ = 1;
   int n_layer_ = 0;
   std::vector<Where> where_;                 // by manifest index

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   spool::cli::add_synth_command(app);
   spool::cli::add_serve_command(app);
   spool::cli::add_agents_command(app);
+  spool::cli::add_checksum_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -155,6 +155,8 @@ nlohmann::json StatsRecorder::to_json(const nlohmann::json& extra) const {
         {"evictions", s.evictions},
         {"prefetch_issued", s.prefetch_issued},
         {"prefetch_dropped", s.prefetch_dropped},
+        {"verified_bytes", s.verified_bytes - start_.verified_bytes},
+        {"verify_s", (s.verify_ns - start_.verify_ns) * 1e-9},
         {"io_wait_s", io_wait},
         {"compute_s", std::max(0.0, wall - io_wait)},
         {"decode_tokens", decode_tokens},
