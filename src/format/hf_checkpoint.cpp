@@ -17,6 +17,7 @@
 #include "core/fp16.h"
 #include "format/compressed_tensors.h"
 #include "format/hf_checkpoint.h"
+#include "format/hf_hybrid.h"
 #include "format/hf_quant.h"
 #include "format/safetensors.h"
 #include "storage/local_file.h"
@@ -85,6 +86,7 @@ std::string gguf_tensor_name(const std::string& hf) {
   if (!std::regex_match(hf, m, layer_re)) return "";
   const std::string blk = "blk." + m[1].str() + ".";
   if (auto it = layer.find(m[2].str()); it != layer.end()) return blk + it->second;
+  if (std::string gdn = gdn_tensor_name(m[2].str(), blk); !gdn.empty()) return gdn;
   return moe_tensor_name(m[2].str(), blk);
 }
 
@@ -365,6 +367,7 @@ gguf::File open_checkpoint(const std::string& path) {
     throw Error("'" + dir.string() + "': " + e.what());
   }
   add_shards(dir, quant, out.manifest);
+  gdn_fix_tensors(out);  // Gated DeltaNet hybrids: the values llama.cpp's converter would store
   // Tied embeddings: no lm_head, the output projection reuses token_embd.
   if (!tied && !out.manifest.find("output.weight") && out.manifest.find("token_embd.weight"))
     throw Error("'" + dir.string() + "': lm_head.weight is missing and config.json does not tie word embeddings");
