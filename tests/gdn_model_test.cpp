@@ -6,9 +6,15 @@
 // that does not continue a sequence's state is refused.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "core/matmul.h"
+#include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/gdn_model.h"
 #include "model/kv_cache.h"
@@ -68,6 +74,9 @@ TEST_P(GdnFixture, ChunkedPrefillEqualsTokenByTokenDecode) {
   const auto ref = safetensors::open(kFixtures + c.fixture + "/reference.safetensors");
   const std::vector<int32_t> ids = to_i32(ref.read_i64("input_ids"));
   auto model = load_model(kFixtures + c.path, LoadOptions{2});
+  // Matmul rows as the serving engine computes them (independent of the rows
+  // beside them), so what differs between runs is the delta rule's form only.
+  set_matmul_batch_invariant(true);
   GatedDeltaNetModel::set_chunk_size(1);
   const std::vector<float> decode = logits_in_passes(*model, ids, 1);  // the recurrent form, one token a pass
   for (int chunk : {1, 3, 8, (int)ids.size()}) {
@@ -78,6 +87,7 @@ TEST_P(GdnFixture, ChunkedPrefillEqualsTokenByTokenDecode) {
     }
   }
   GatedDeltaNetModel::set_chunk_size(64);
+  set_matmul_batch_invariant(false);
 }
 
 TEST_P(GdnFixture, RefusesABatchThatSkipsPositions) {
@@ -95,6 +105,36 @@ TEST_P(GdnFixture, RefusesABatchThatSkipsPositions) {
   EXPECT_THROW(model->forward(skip, *kv, logits.data()), Error);
   kv->clear(0);
   EXPECT_FALSE(kv->recurrent()->has(0));
+}
+
+// `spool convert` writes the checkpoint as a GGUF in llama.cpp's layout
+// (attn_qkv + attn_gate, post_attention_norm, stacked experts, A = -exp(A_log),
+// 1 + w norms; qwen35moe with tiled value heads): spool reads it back within
+// the same bound, through the library and the CLI. (bench/gguf_llama_check.sh
+// runs llama.cpp on the same files.)
+TEST_P(GdnFixture, ConvertedGgufMatchesTransformers) {
+  const Case& c = GetParam();
+  const std::string gguf_path = (std::filesystem::temp_directory_path() /
+                                 (std::string("spool_gdn_") + c.fixture + "_" + std::to_string(getpid()) + ".gguf")).string();
+  int status = -1;
+  run_stdout(kBin + " convert -m " + kFixtures + c.path + " -o " + gguf_path + " 2>&1", &status);
+  ASSERT_EQ(status, 0);
+  const gguf::File f = gguf::open(gguf_path);
+  const std::string a = f.architecture() + ".";
+  EXPECT_TRUE(f.manifest.find("blk.0.attn_qkv.weight") && f.manifest.find("blk.0.attn_gate.weight"));
+  EXPECT_TRUE(f.manifest.find("blk.0.post_attention_norm.weight"));
+  EXPECT_FALSE(f.manifest.find("blk.0.ssm_in.weight"));
+  EXPECT_EQ(f.manifest.require("blk.0.ffn_gate_exps.weight").shape.size(), 3u);
+  EXPECT_EQ(f.get_int(a + "full_attention_interval", 0), 4);
+  for (const auto& [key, value] : f.kv) EXPECT_NE(key.rfind("spool.", 0), 0u) << key;
+  const auto ref = safetensors::open(kFixtures + c.fixture + "/reference.safetensors");
+  auto model = load_model(gguf_path, LoadOptions{2});
+  const float err = rel_error(all_logits(*model, to_i32(ref.read_i64("input_ids"))), ref.read_f32("logits"));
+  std::printf("[ gguf %s ] relative error %.3g\n", c.name, err);
+  EXPECT_LE(err, 1e-3f);
+  EXPECT_EQ(greedy(*model, to_i32(ref.read_i64("prompt_ids")), 16), to_i32(ref.read_i64("greedy_ids")));
+  expect_cli_matches_reference(kBin, gguf_path, kFixtures + c.fixture + "/reference.safetensors");
+  std::filesystem::remove(gguf_path);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gdn, GdnFixture, ::testing::ValuesIn(kCases),

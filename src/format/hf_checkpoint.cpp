@@ -91,7 +91,10 @@ std::string gguf_tensor_name(const std::string& hf) {
 }
 
 // Old checkpoints carry these buffers; they are recomputed from the config.
-bool ignored_tensor(const std::string& hf) { return hf.find("rotary_emb.inv_freq") != std::string::npos; }
+// Qwen3-Next / Qwen3.5 checkpoints carry a multi-token-prediction block ("mtp.*"), which generation does not use.
+bool ignored_tensor(const std::string& hf) {
+  return hf.find("rotary_emb.inv_freq") != std::string::npos || hf.rfind("mtp.", 0) == 0;
+}
 
 DType gguf_dtype(const std::string& st, const std::string& what) {
   if (st == "F32") return DType::F32;

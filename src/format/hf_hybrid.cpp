@@ -159,3 +159,99 @@ void gdn_fix_tensors(gguf::File& out) {
 }
 
 }  // namespace spool::hf
+
+// ---- Export in llama.cpp's current layout (spool convert) ----
+namespace spool::hf {
+namespace {
+
+ExportTensor* find_export(std::vector<ExportTensor>& ts, const std::string& name) {
+  for (ExportTensor& t : ts)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+// Rows of t (shape[1..] flattened; shape[0] elements each) reordered: new row i = old row perm[i].
+void permute_rows(ExportTensor& t, const std::vector<int>& perm) {
+  const size_t row = t.data.size() / perm.size();
+  std::vector<uint8_t> out(t.data.size());
+  for (size_t i = 0; i < perm.size(); ++i) std::memcpy(out.data() + i * row, t.data.data() + perm[i] * row, row);
+  t.data.swap(out);
+}
+
+// Columns (elements within each row of shape[0]) reordered: new column i = old column perm[i].
+void permute_cols(ExportTensor& t, const std::vector<int>& perm) {
+  const size_t n = (size_t)t.shape[0], rows = t.data.size() / (n * 4);
+  if (t.type != DType::F32) throw Error("tensor '" + t.name + "': column reordering needs F32");
+  std::vector<float> v = t.f32(), out(v.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t i = 0; i < n; ++i) out[r * n + i] = v[r * n + perm[i]];
+  t.set_f32(out);
+}
+
+// Grouped value-head order (key head h's r heads together) -> tiled (head i of every key head together),
+// for `per` consecutive rows per head, with `offset` rows before the value part.
+std::vector<int> tiled_perm(int n_k, int r, int per, int offset, int total) {
+  std::vector<int> perm(total);
+  for (int i = 0; i < total; ++i) perm[i] = i;
+  for (int i = 0; i < r; ++i)
+    for (int h = 0; h < n_k; ++h)
+      for (int e = 0; e < per; ++e) perm[offset + ((i * n_k + h) * per + e)] = offset + (h * r + i) * per + e;
+  return perm;
+}
+
+}  // namespace
+
+void gdn_to_llama_layout(gguf::File& meta, std::vector<ExportTensor>& ts) {
+  const std::string arch = meta.architecture(), a = arch + ".";
+  if (arch != "qwen3next" && arch != "qwen35moe") return;
+  const int dk = (int)meta.get_int(a + "ssm.state_size"), n_k = (int)meta.get_int(a + "ssm.group_count");
+  const int n_v = (int)meta.get_int(a + "ssm.time_step_rank"), dv = (int)meta.get_int(a + "ssm.inner_size") / n_v;
+  const int r = n_v / n_k, n_layer = (int)meta.get_int(a + "block_count");
+  const bool to_tiled = arch == "qwen35moe" && meta.get_bool(kGdnVHeadsGroupedKey, false);
+  // Layer pattern: llama.cpp's full_attention_interval.
+  if (const gguf::Value* v = meta.find(a + "attention.recurrent_layers")) {
+    int every = 0;
+    for (int l = 0; l < n_layer && !every; ++l)
+      if (!v->ints[l]) every = l + 1;
+    for (int l = 0; l < n_layer; ++l)
+      if ((v->ints[l] != 0) != (every == 0 || (l + 1) % every != 0))
+        throw Error("GGUF export: the linear/full attention pattern is not every n-th layer full attention");
+    meta.kv.erase(a + "attention.recurrent_layers");
+    meta.kv[a + "full_attention_interval"] = gguf::Value::of_int(every ? every : n_layer + 1);
+  }
+  if (arch == "qwen35moe") meta.kv[a + "rope.dimension_sections"] = gguf::Value::of_ints({11, 11, 10, 0});
+  const int kd = n_k * dk, vd = n_v * dv;
+  std::vector<ExportTensor> added;
+  for (int l = 0; l < n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    if (ExportTensor* t = find_export(ts, p + "ffn_norm.weight")) t->name = p + "post_attention_norm.weight";
+    if (ExportTensor* t = find_export(ts, p + "ssm_in.weight")) {  // [q k v z] per key head -> attn_qkv + attn_gate
+      const int per = 2 * dk + 2 * r * dv;
+      std::vector<int> perm;
+      for (int h = 0; h < n_k; ++h) for (int e = 0; e < dk; ++e) perm.push_back(h * per + e);
+      for (int h = 0; h < n_k; ++h) for (int e = 0; e < dk; ++e) perm.push_back(h * per + dk + e);
+      for (int h = 0; h < n_k; ++h) for (int e = 0; e < r * dv; ++e) perm.push_back(h * per + 2 * dk + e);
+      for (int h = 0; h < n_k; ++h) for (int e = 0; e < r * dv; ++e) perm.push_back(h * per + 2 * dk + r * dv + e);
+      permute_rows(*t, perm);
+      const size_t split = t->data.size() / (2 * kd + 2 * vd) * (2 * kd + vd);
+      ExportTensor gate{p + "attn_gate.weight", t->type, {t->shape[0], vd}, {t->data.begin() + split, t->data.end()}};
+      t->data.resize(split);
+      t->name = p + "attn_qkv.weight";
+      t->shape = {t->shape[0], 2 * kd + vd};
+      added.push_back(std::move(gate));
+    }
+    if (!to_tiled || !find_export(ts, p + "ssm_a")) continue;
+    // qwen35moe: value heads tiled (head j uses key head j % n_k), as llama.cpp's converter stores them.
+    permute_rows(*find_export(ts, p + "attn_qkv.weight"), tiled_perm(n_k, r, dv, 2 * kd, 2 * kd + vd));
+    permute_rows(*find_export(ts, p + "attn_gate.weight"), tiled_perm(n_k, r, dv, 0, vd));
+    for (const char* name : {"ssm_beta.weight", "ssm_alpha.weight"})
+      permute_rows(*find_export(ts, p + name), tiled_perm(n_k, r, 1, 0, n_v));
+    for (const char* name : {"ssm_a", "ssm_dt.bias"}) permute_rows(*find_export(ts, p + name), tiled_perm(n_k, r, 1, 0, n_v));
+    permute_rows(*find_export(ts, p + "ssm_conv1d.weight"), tiled_perm(n_k, r, dv, 2 * kd, 2 * kd + vd));
+    permute_cols(*find_export(ts, p + "ssm_out.weight"), tiled_perm(n_k, r, dv, 0, vd));
+  }
+  for (ExportTensor& t : added) ts.push_back(std::move(t));
+  meta.kv.erase(kGdnVHeadsGroupedKey);
+}
+
+}  // namespace spool::hf

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "format/gguf.h"
+#include "format/gguf_export.h"
 
 namespace spool::hf {
 
@@ -25,5 +26,9 @@ void gdn_config_to_metadata(const nlohmann::json& config, const std::string& a, 
 std::string gdn_tensor_name(const std::string& layer_name, const std::string& blk);
 // Applies the converter's value transforms to the manifest read from `out`'s files.
 void gdn_fix_tensors(gguf::File& out);
+// For GGUF export: from the layout above (fused ssm_in, grouped value heads) to
+// what llama.cpp's converter writes today: attn_qkv + attn_gate, post_attention_norm,
+// full_attention_interval, and for qwen35moe tiled value heads and rope sections.
+void gdn_to_llama_layout(gguf::File& meta, std::vector<ExportTensor>& tensors);
 
 }  // namespace spool::hf
