@@ -68,8 +68,16 @@ std::vector<ExportTensor> export_tensors(const gguf::File& file) {
 
 void write_gguf(const gguf::File& meta, const std::vector<ExportTensor>& tensors, const std::string& path) {
   gguf::Writer w;
-  for (const auto& [key, value] : meta.kv)
-    if (key.rfind("spool.", 0) != 0) w.set(key, value);
+  for (const auto& [key, value] : meta.kv) {
+    if (key.rfind("spool.", 0) == 0) continue;
+    // Metadata synthesized in memory is INT64 / FLOAT64; llama.cpp's converter (and loader) use u32 and f32.
+    if (value.type == gguf::ValueType::INT64 && value.i >= 0 && value.i <= 0xffffffffll)
+      w.set(key, gguf::Value::of_int(value.i, gguf::ValueType::UINT32));
+    else if (value.type == gguf::ValueType::FLOAT64)
+      w.set(key, gguf::Value::of_float(value.f, gguf::ValueType::FLOAT32));
+    else
+      w.set(key, value);
+  }
   for (const ExportTensor& t : tensors) w.add_tensor(t.name, t.type, t.shape);
   w.begin(path);
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -219,7 +219,15 @@ void gdn_to_llama_layout(gguf::File& meta, std::vector<ExportTensor>& ts) {
     meta.kv.erase(a + "attention.recurrent_layers");
     meta.kv[a + "full_attention_interval"] = gguf::Value::of_int(every ? every : n_layer + 1);
   }
-  if (arch == "qwen35moe") meta.kv[a + "rope.dimension_sections"] = gguf::Value::of_ints({11, 11, 10, 0});
+  // Qwen3.5's interleaved MRoPE sections (llama.cpp requires them): rotary pair i takes the text position from
+  // section i % 3 while i < 3 * section[i % 3], so sections of ceil((pairs - k) / 3) cover every pair (11, 11, 10
+  // for Qwen3.5's 32 pairs, the converter's default; a tiny fixture's 2 pairs need 1, 1, 0). Text positions are the
+  // same on all axes, so this is plain NeoX rotation, as spool computes it.
+  if (arch == "qwen35moe") {
+    const int64_t pairs = meta.get_int(a + "rope.dimension_count", 0) / 2;
+    meta.kv[a + "rope.dimension_sections"] =
+        gguf::Value::of_ints({(pairs + 2) / 3, (pairs + 1) / 3, pairs / 3, 0});
+  }
   const int kd = n_k * dk, vd = n_v * dv;
   std::vector<ExportTensor> added;
   for (int l = 0; l < n_layer; ++l) {
