@@ -10,7 +10,7 @@ import { startServer, metric, waitFor, SHARED } from './helpers.mjs';
 const MODEL = path.join(SHARED, 'fixtures/qwen3next-tiny');
 let server, client;
 before(async () => {
-  server = await startServer(MODEL, ['-c', '4096', '--parallel', '4', '-t', '2']);
+  server = await startServer(MODEL, ['-c', '4096', '--parallel', '4']);
   client = server.client();
 });
 after(async () => server && (await server.stop()));
