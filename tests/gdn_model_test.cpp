@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "runtime/batch.h"
 #include "runtime/session.h"
+#include "weights/weight_store.h"
 #include "test_util.h"
 
 using namespace spool;
@@ -50,6 +51,18 @@ TEST_P(GdnFixture, MatchesTransformers) {
   std::printf("[ %s ] relative error %.3g\n", c.name, err);
   EXPECT_LE(err, 1e-3f) << c.name;
   EXPECT_EQ(greedy(*model, to_i32(ref.read_i64("prompt_ids")), 16), to_i32(ref.read_i64("greedy_ids"))) << c.name;
+}
+
+// Streamed under a weight budget of half the model (experts read as routed): the same logits and ids.
+TEST_P(GdnFixture, StreamedMatchesTransformers) {
+  const Case& c = GetParam();
+  const auto ref = safetensors::open(kFixtures + c.fixture + "/reference.safetensors");
+  LoadOptions o{2};
+  o.weight_budget = open_model_file(kFixtures + c.path).manifest.total_bytes() / 2;
+  auto model = load_model(kFixtures + c.path, o);
+  ASSERT_TRUE(model->weights().streaming());
+  EXPECT_LE(rel_error(all_logits(*model, to_i32(ref.read_i64("input_ids"))), ref.read_f32("logits")), 1e-3f);
+  EXPECT_EQ(greedy(*model, to_i32(ref.read_i64("prompt_ids")), 16), to_i32(ref.read_i64("greedy_ids")));
 }
 
 TEST_P(GdnFixture, CliLogitsAndGreedyIds) {
