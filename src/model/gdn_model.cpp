@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "format/hf_hybrid.h"
 #include "model/delta_rule.h"
 #include "model/ops.h"
 
@@ -17,34 +16,12 @@ namespace {
 
 std::atomic<int> g_chunk_size{64};
 
-int key_int(const gguf::File& f, const std::string& key) {
-  const int64_t v = f.get_int(key, 0);
-  if (v <= 0) throw Error("model metadata: '" + key + "' must be a positive integer");
-  return (int)v;
-}
-
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float silu(float x) { return x * sigmoid(x); }
 
 void need_f32(const TensorEntry* t) {
   if (t && t->type != DType::F32) throw Error("tensor '" + t->name + "' must be F32, is " + dtype_name(t->type));
-}
-
-// Which layers are linear attention: attention.recurrent_layers, else every
-// layer but each full_attention_interval-th (llama.cpp's rule).
-std::vector<uint8_t> recurrent_layers(const gguf::File& f, const std::string& a, int n_layer) {
-  std::vector<uint8_t> out(n_layer);
-  if (const gguf::Value* v = f.find(a + "attention.recurrent_layers")) {
-    if (!v->is_array() || (int)v->ints.size() < n_layer)
-      throw Error("model metadata: '" + a + "attention.recurrent_layers' must hold one flag per layer");
-    for (int l = 0; l < n_layer; ++l) out[l] = v->ints[l] != 0;
-    return out;
-  }
-  const int every = (int)f.get_int(a + "full_attention_interval", 4);
-  if (every <= 0) throw Error("model metadata: full_attention_interval must be positive");
-  for (int l = 0; l < n_layer; ++l) out[l] = (l + 1) % every != 0;
-  return out;
 }
 
 }  // namespace
@@ -57,26 +34,9 @@ GatedDeltaNetModel::GatedDeltaNetModel(ModelParts parts, bool v_grouped_default)
   const gguf::File& f = file();
   const std::string a = c.arch + ".";
   if (c.n_expert == 0) throw Error(c.arch + " model has no expert_count in its metadata");
-  g_.conv_k = key_int(f, a + "ssm.conv_kernel");
-  g_.dk = key_int(f, a + "ssm.state_size");
-  g_.n_k = key_int(f, a + "ssm.group_count");
-  g_.n_v = key_int(f, a + "ssm.time_step_rank");
-  const int inner = key_int(f, a + "ssm.inner_size");
-  if (inner % g_.n_v != 0 || g_.n_v % g_.n_k != 0)
-    throw Error("model metadata: ssm.inner_size " + std::to_string(inner) + " / time_step_rank " +
-                std::to_string(g_.n_v) + " / group_count " + std::to_string(g_.n_k) + " do not divide");
-  g_.dv = inner / g_.n_v;
-  g_.v_grouped = f.get_bool(hf::kGdnVHeadsGroupedKey, v_grouped_default);
+  g_ = read_gdn_shape(f, c, v_grouped_default);
   n_ff_shexp_ = (int)f.get_int(a + "expert_shared_feed_forward_length", c.n_ff);
   c.n_expert_shared = 0;  // the shared expert is gated here, not summed by moe_forward
-  c.layer_recurrent = recurrent_layers(f, a, c.n_layer);
-  c.recurrent.conv_floats.assign(c.n_layer, 0);
-  c.recurrent.ssm_floats.assign(c.n_layer, 0);
-  for (int l = 0; l < c.n_layer; ++l) {
-    if (!c.layer_recurrent[l]) continue;
-    c.recurrent.conv_floats[l] = (int64_t)(g_.conv_k - 1) * g_.conv_dim();
-    c.recurrent.ssm_floats[l] = (int64_t)g_.n_v * g_.dk * g_.dv;
-  }
 
   const Manifest& m = weights().manifest();
   std::vector<const TensorEntry*> mats = {w_.output};

@@ -10,20 +10,10 @@
 #include <vector>
 
 #include "model/delta_rule_chunked.h"
+#include "model/gdn_config.h"
 #include "model/llama_family.h"
 
 namespace spool {
-
-struct GdnShape {
-  int dk = 0, dv = 0;     // key / value head dims (ssm.state_size, inner_size / time_step_rank)
-  int n_k = 0, n_v = 0;   // key heads (ssm.group_count), value heads (ssm.time_step_rank)
-  int conv_k = 0;         // conv kernel (ssm.conv_kernel)
-  bool v_grouped = true;  // value head j uses key head j / (n_v / n_k) (else j % n_k: llama.cpp's qwen35moe)
-  int key_dim() const { return n_k * dk; }
-  int value_dim() const { return n_v * dv; }
-  int conv_dim() const { return 2 * key_dim() + value_dim(); }
-  int k_head_of(int v_head) const { return v_grouped ? v_head / (n_v / n_k) : v_head % n_k; }
-};
 
 struct GdnLayerWeights {
   const TensorEntry* attn_norm = nullptr;   // [n_embd]
