@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "model/config.h"
+#include "model/gdn_config.h"
 #include "model/model.h"
 #include "model/synth_quant_mix.h"
 
@@ -54,13 +55,18 @@ void print_kv_cost(const gguf::File& f) {
   const TensorEntry* embd = f.manifest.find("token_embd.weight");
   try {
     const int n_vocab = embd && embd->shape.size() == 2 ? (int)embd->shape[1] : 0;
-    const ModelConfig c = read_config(f, n_vocab, RopeStyle::Normal);
+    ModelConfig c = read_config(f, n_vocab, RopeStyle::Normal);
+    if (is_gdn_arch(c.arch)) read_gdn_shape(f, c, true);  // hybrids: KV rows for the attention layers only
     const KvShape s = kv_shape_of(c);
     const uint64_t per_token = 4ull * s.n_layer * (s.k_row() + s.v_row());
     std::printf("KV cache:      %llu bytes/token (F32 %s: %d layers x %d KV heads x (%d + %d) x 4 B); %s at %d tokens\n",
                 (unsigned long long)per_token, c.mla.enabled() ? "MLA latent + rope key" : "K+V", s.n_layer,
                 s.n_head_kv, s.head_dim_k, s.head_dim_v,
                 human_bytes(per_token * (uint64_t)c.n_ctx_train).c_str(), c.n_ctx_train);
+    if (!s.recurrent.empty())
+      std::printf("state:         %s per sequence, whatever the context (%d linear-attention layers: conv history + "
+                  "delta-rule matrices, F32)\n",
+                  human_bytes(s.recurrent.bytes_per_seq()).c_str(), c.n_layer - c.n_attn_layer());
   } catch (const Error& e) {
     std::printf("KV cache:      unknown (%s)\n", e.what());
   }
