@@ -109,9 +109,12 @@ void kda_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
                     qkv[i] + (size_t)t * C);
     for (size_t j = 0; j < nc; ++j) qkv[i][j] = qkv[i][j] * sigmoid(qkv[i][j]);
   }
+  // fla's l2norm, as transformers' kimi_linear calls it: x / sqrt(sum x^2 + 1e-6). With rms_eps (1e-5)
+  // there the fixture is off by 9.9e-4 instead of 8e-6; llama.cpp's x / max(|x|, rms_eps) is within 1e-5 of this.
+  constexpr float kL2Eps = 1e-6f;
   for (int t = 0; t < n * H; ++t) {
-    l2_normalize(s.q.data() + (size_t)t * D, D, c.rms_eps);
-    l2_normalize(s.k.data() + (size_t)t * D, D, c.rms_eps);
+    l2_normalize(s.q.data() + (size_t)t * D, D, kL2Eps);
+    l2_normalize(s.k.data() + (size_t)t * D, D, kL2Eps);
   }
   // Forget gate per key channel, as the decay exp(g) the delta rule multiplies by.
   linear(store, pool, *w.f_a, xn, n, s.low.data(), s.mm);        // [n, head_dim]
