@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -138,4 +141,30 @@ TEST(KimiLinearGguf, ConvertedFileMatchesReference) {
   EXPECT_LE(err, 1e-3f);
   EXPECT_EQ(greedy(*model, to_i32(ref.read_i64("prompt_ids")), 16), to_i32(ref.read_i64("greedy_ids")));
   expect_cli_matches_reference(kBin, path, kFixtures + "kimi-linear-tiny/reference.safetensors");
+}
+
+// A kimi_linear config that cannot be run is refused with an error naming the field.
+TEST(KimiLinearConfig, BadLayerKindsAndHeadCountsAreRefusedByName) {
+  const auto config = nlohmann::json::parse(slurp(kFixtures + "kimi-linear-tiny/config.json"));
+  struct Bad { const char* field; nlohmann::json value; const char* message; };
+  const Bad cases[] = {
+      {"layer_types", nlohmann::json::array({"linear_attention", "sliding", "full_attention", "linear_attention"}),
+       "layer_types"},
+      {"layer_types", nlohmann::json::array({"linear_attention"}), "layer_types"},
+      {"mlp_layer_types", nlohmann::json::array({"dense", "sparse"}), "mlp_layer_types"},
+      {"linear_num_heads", 8, "KDA heads"},
+  };
+  for (const Bad& b : cases) {
+    ScratchDir dir("spool-kimi-config");
+    nlohmann::json c = config;
+    c[b.field] = b.value;
+    std::ofstream(dir.path + "/config.json") << c.dump();
+    std::filesystem::copy_file(kFixtures + "kimi-linear-tiny/model.safetensors", dir.path + "/model.safetensors");
+    try {
+      load_model(dir.path, LoadOptions{1});
+      ADD_FAILURE() << b.field << " " << b.value.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(b.message), std::string::npos) << e.what();
+    }
+  }
 }
