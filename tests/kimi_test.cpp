@@ -15,7 +15,6 @@
 #include "test_util.h"
 #include "core/error.h"
 #include "format/safetensors.h"
-#include "model/kimi_convert.h"
 #include "model/model.h"
 #include "runtime/session.h"
 
@@ -123,19 +122,21 @@ TEST(KimiState, PositionsMustContinueTheRecurrentState) {
 
 }  // namespace
 
-// The Kimi Linear fixture written as a kimi-linear GGUF (llama.cpp's layout:
-// stacked experts, split k_b / v_b, ssm_a = -exp(A_log)) gives the
-// transformers reference too. SPOOL_KIMI_GGUF_OUT keeps the file (to run
-// llama.cpp on it: bench/llama_logits.sh).
+// The Kimi Linear fixture written by `spool convert` as a kimi-linear GGUF
+// (llama.cpp's layout: stacked experts, split k_b / v_b, ssm_a = -exp(A_log))
+// gives the transformers reference too; bench/gguf_llama_check.sh runs
+// llama.cpp on the same file.
 TEST(KimiLinearGguf, ConvertedFileMatchesReference) {
   ScratchDir dir("spool-kimi-gguf");
-  const char* keep = std::getenv("SPOOL_KIMI_GGUF_OUT");
-  const std::string path = keep ? std::string(keep) : dir.path + "/kimi-linear-tiny.f32.gguf";
-  write_kimi_linear_gguf(kFixtures + "kimi-linear-tiny", path);
+  const std::string path = dir.path + "/kimi-linear-tiny.f32.gguf";
+  int status = -1;
+  run_stdout(kBin + " convert -m " + kFixtures + "kimi-linear-tiny -o " + path + " 2>&1", &status);
+  ASSERT_EQ(status, 0);
   const auto ref = safetensors::open(kFixtures + "kimi-linear-tiny/reference.safetensors");
   auto model = load_model(path, LoadOptions{2});
   EXPECT_EQ(model->config().arch, "kimi-linear");
   EXPECT_EQ(model->weights().manifest().find("blk.2.attn_kv_b.weight"), nullptr);  // split into k_b / v_b
+  EXPECT_NE(model->weights().manifest().find("blk.0.ssm_a"), nullptr);
   const float err = rel_error(all_logits(*model, to_i32(ref.read_i64("input_ids"))), ref.read_f32("logits"));
   std::printf("[ gguf kimi-linear-tiny ] relative error %.3g\n", err);
   EXPECT_LE(err, 1e-3f);

@@ -17,6 +17,7 @@
 #include "core/fp16.h"
 #include "format/compressed_tensors.h"
 #include "format/hf_checkpoint.h"
+#include "format/hf_hybrid.h"
 #include "format/hf_quant.h"
 #include "format/safetensors.h"
 #include "storage/local_file.h"
@@ -45,8 +46,9 @@ std::string moe_tensor_name(const std::string& name, const std::string& blk) {
   return expert_slice_name(blk + it->second + ".weight", std::stoi(m[2].str()));
 }
 
-// HF tensor name -> GGUF name; "" for a name that is not part of these models.
-std::string gguf_tensor_name(const std::string& hf) {
+// HF tensor name -> GGUF name; "" for a name that is not part of these models
+// (gdn: a Gated DeltaNet hybrid, whose linear_attn / shared_expert tensors map too).
+std::string gguf_tensor_name(const std::string& hf, bool gdn) {
   static const std::map<std::string, std::string> top = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -105,11 +107,16 @@ std::string gguf_tensor_name(const std::string& hf) {
   if (!std::regex_match(hf, m, layer_re)) return "";
   const std::string blk = "blk." + m[1].str() + ".";
   if (auto it = layer.find(m[2].str()); it != layer.end()) return blk + it->second;
+  if (gdn)
+    if (std::string name = gdn_tensor_name(m[2].str(), blk); !name.empty()) return name;
   return moe_tensor_name(m[2].str(), blk);
 }
 
 // Old checkpoints carry these buffers; they are recomputed from the config.
-bool ignored_tensor(const std::string& hf) { return hf.find("rotary_emb.inv_freq") != std::string::npos; }
+// Qwen3-Next / Qwen3.5 checkpoints carry a multi-token-prediction block ("mtp.*"), which generation does not use.
+bool ignored_tensor(const std::string& hf) {
+  return hf.find("rotary_emb.inv_freq") != std::string::npos || hf.rfind("mtp.", 0) == 0;
+}
 
 DType gguf_dtype(const std::string& st, const std::string& what) {
   if (st == "F32") return DType::F32;
@@ -183,9 +190,9 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-TensorEntry new_entry(const std::string& hf_name, const std::string& what) {
+TensorEntry new_entry(const std::string& hf_name, const std::string& what, bool gdn) {
   TensorEntry t;
-  t.name = gguf_tensor_name(hf_name);
+  t.name = gguf_tensor_name(hf_name, gdn);
   if (t.name.empty()) throw Error(what + " is not part of a supported model (unexpected tensor name)");
   if (const size_t hash = t.name.find('#'); hash != std::string::npos) t.expert = std::stoi(t.name.substr(hash + 1));
   return t;
@@ -239,9 +246,9 @@ void add_fp8_tensor(const std::string& hf_name, const StTensor& st, TensorEntry 
 // A compressed-tensors pack-quantized Linear ("<base>.weight_packed" with
 // weight_scale and weight_shape) repacked into an in-memory Q4_0 matrix.
 void add_packed_tensor(const std::string& base, const StTensor& st, const StTensors& all, const QuantConfig& q,
-                       Manifest& m) {
+                       Manifest& m, bool gdn) {
   const std::string hf_name = base + ".weight", what = describe(st, base + ".weight_packed");
-  TensorEntry t = new_entry(hf_name, what);
+  TensorEntry t = new_entry(hf_name, what, gdn);
   if (q.method != QuantConfig::Method::PackQuantized)
     throw Error(what + " is pack-quantized but config.json has no compressed-tensors quantization_config");
   for (const char* unsupported : {".weight_zero_point", ".weight_g_idx"})
@@ -282,10 +289,10 @@ void add_packed_tensor(const std::string& base, const StTensor& st, const StTens
 }
 
 void add_tensor(const std::string& hf_name, const StTensor& st, const StTensors& all, const QuantConfig& q,
-                Manifest& m) {
+                Manifest& m, bool gdn) {
   const std::string what = describe(st, hf_name);
   const safetensors::Entry& e = st.entry;
-  TensorEntry t = new_entry(hf_name, what);
+  TensorEntry t = new_entry(hf_name, what, gdn);
   t.shape.assign(e.shape.rbegin(), e.shape.rend());  // safetensors is row-major, GGUF lists the contiguous dim first
   if (t.shape.empty()) throw Error(what + " is a scalar");
   if (e.dtype == "F8_E4M3") return add_fp8_tensor(hf_name, st, std::move(t), all, q, m);
@@ -323,7 +330,7 @@ StTensors collect_shards(const fs::path& dir, std::vector<safetensors::File>& fi
   return all;
 }
 
-void add_shards(const fs::path& dir, const QuantConfig& q, Manifest& m) {
+void add_shards(const fs::path& dir, const QuantConfig& q, Manifest& m, bool gdn) {
   std::vector<safetensors::File> files;
   const StTensors all = collect_shards(dir, files, m);
   static const char* kPackedParts[] = {".weight_scale", ".weight_shape", ".weight_zero_point", ".weight_g_idx"};
@@ -336,7 +343,7 @@ void add_shards(const fs::path& dir, const QuantConfig& q, Manifest& m) {
       continue;
     }
     if (ends_with(name, ".weight_packed")) {
-      add_packed_tensor(name.substr(0, name.size() - 14), st, all, q, m);
+      add_packed_tensor(name.substr(0, name.size() - 14), st, all, q, m, gdn);
       continue;
     }
     bool part = false;
@@ -346,7 +353,7 @@ void add_shards(const fs::path& dir, const QuantConfig& q, Manifest& m) {
       if (!all.count(base + ".weight_packed")) throw Error(describe(st, name) + " belongs to no '" + base + ".weight_packed'");
       part = true;
     }
-    if (!part) add_tensor(name, st, all, q, m);
+    if (!part) add_tensor(name, st, all, q, m, gdn);
   }
 }
 
@@ -384,7 +391,9 @@ gguf::File open_checkpoint(const std::string& path) {
   } catch (const Error& e) {
     throw Error("'" + dir.string() + "': " + e.what());
   }
-  add_shards(dir, quant, out.manifest);
+  const std::string arch = out.architecture();
+  add_shards(dir, quant, out.manifest, arch == "qwen3next" || arch == "qwen35moe");
+  gdn_fix_tensors(out);  // Gated DeltaNet hybrids: the values llama.cpp's converter would store
   // Tied embeddings: no lm_head, the output projection reuses token_embd.
   if (!tied && !out.manifest.find("output.weight") && out.manifest.find("token_embd.weight"))
     throw Error("'" + dir.string() + "': lm_head.weight is missing and config.json does not tie word embeddings");

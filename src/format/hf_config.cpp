@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "format/hf_checkpoint.h"
+#include "format/hf_hybrid.h"
 
 namespace spool::hf {
 namespace {
@@ -54,7 +55,7 @@ const char* gguf_arch(const std::string& model_type) {
   if (model_type == "qwen3_moe") return "qwen3moe";
   if (model_type == "deepseek_v3" || model_type == "kimi_k2") return "deepseek2";
   if (model_type == "kimi_linear") return "kimi-linear";
-  return nullptr;
+  return gdn_gguf_arch(model_type);  // qwen3_next, qwen3_5_moe: Gated DeltaNet hybrids
 }
 
 // Features of these model types that the llama-family code does not implement.
@@ -154,7 +155,7 @@ void rope_to_metadata(const json& c, const std::string& a, int n_dims, int64_t n
 // decoder_sparse_step-th layer.
 void moe_to_metadata(const json& c, const std::string& model_type, const std::string& a, gguf::File& out) {
   const bool mixtral = model_type == "mixtral";
-  if (!mixtral && model_type != "qwen3_moe") return;
+  if (!mixtral && model_type != "qwen3_moe" && !gdn_gguf_arch(model_type)) return;
   const int64_t n_expert = field(c, "num_experts") ? integer(c, "num_experts") : integer(c, "num_local_experts");
   const int64_t n_used = integer(c, "num_experts_per_tok");
   if (n_expert <= 0 || n_used <= 0 || n_used > n_expert)
@@ -255,7 +256,7 @@ std::string config_to_metadata_checked(const json& c, const std::string& name, g
   const json* mt = field(c, "model_type");
   if (!mt || !mt->is_string()) fail("missing 'model_type'");
   const char* arch = gguf_arch(mt->get<std::string>());
-  if (!arch) fail("unsupported model_type '" + mt->get<std::string>() + "' (supported: llama, qwen2, qwen3, mixtral, qwen3_moe, deepseek_v3, kimi_linear)");
+  if (!arch) fail("unsupported model_type '" + mt->get<std::string>() + "' (supported: llama, qwen2, qwen3, mixtral, qwen3_moe, deepseek_v3, qwen3_next, qwen3_5_moe_text, kimi_linear)");
   reject_unsupported(c);
   const std::string a = std::string(arch) + ".";
   const int64_t n_embd = integer(c, "hidden_size"), n_head = integer(c, "num_attention_heads");
@@ -283,6 +284,7 @@ std::string config_to_metadata_checked(const json& c, const std::string& name, g
   moe_to_metadata(c, mt->get<std::string>(), a, out);
   if (std::string(arch) == "deepseek2") deepseek_to_metadata(c, a, out);
   if (std::string(arch) == "kimi-linear") kimi_linear_to_metadata(c, a, out);
+  if (gdn_gguf_arch(mt->get<std::string>())) gdn_config_to_metadata(c, a, out);
   return arch;
 }
 

@@ -13,6 +13,8 @@ const std::pair<const char*, ModelFactory> kArchs[] = {
     {"deepseek2", make_deepseek2_model},
     {"kimi-linear", make_kimi_linear_model},
     {"kimi-k3", make_kimi_k3_model},
+    {"qwen3next", make_qwen3next_model},
+    {"qwen35moe", make_qwen35moe_model},
 };
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include "core/matmul.h"
 #include "core/thread_pool.h"
 #include "model/delta_rule.h"
+#include "model/delta_rule_chunked.h"
 #include "model/model.h"
 #include "model/ops.h"
 
@@ -116,7 +117,7 @@ void kda_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
     l2_normalize(s.q.data() + (size_t)t * D, D, kL2Eps);
     l2_normalize(s.k.data() + (size_t)t * D, D, kL2Eps);
   }
-  // Forget gate per key channel, as the decay exp(g) the delta rule multiplies by.
+  // Forget gate per key channel: the log decay g (the delta rule multiplies the state by exp(g)).
   linear(store, pool, *w.f_a, xn, n, s.low.data(), s.mm);        // [n, head_dim]
   linear(store, pool, *w.f_b, s.low.data(), n, s.f.data(), s.mm);  // [n, d_inner]
   {
@@ -129,22 +130,36 @@ void kda_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
         float& f = s.f[(size_t)t * C + j];
         const float x = f + dt.f32()[j];
         const float g = lb != 0.0f ? lb * sigmoid(neg_a[j / D] * x) : -neg_a[j / D] * softplus(x);
-        f = std::exp(g);
+        f = g;
       }
   }
   linear(store, pool, *w.beta, xn, n, s.beta.data(), s.mm);  // [n, n_head]
   for (size_t j = 0; j < (size_t)n * H; ++j) s.beta[j] = sigmoid(s.beta[j]);
 
-  // The delta rule, head by head (heads are independent), tokens in batch order.
+  // The delta rule in its chunked form over each run of one sequence's consecutive rows, heads in
+  // parallel (each head's state is its own); the per-channel decay is KDA's (n_g = head_dim).
   const float scale = 1.0f / std::sqrt((float)D);
-  pool.run(H, [&](int64_t h, int) {
-    for (int t = 0; t < n; ++t) {
-      const size_t at = (size_t)t * C + (size_t)h * D;
-      float* S = state.ssm(layer, batch.seq[t]) + (size_t)h * D * D;
-      delta_rule_step(S, D, D, s.q.data() + at, s.k.data() + at, s.v.data() + at, s.f.data() + at,
-                      s.beta[(size_t)t * H + h], scale, s.o.data() + at);
-    }
-  });
+  if (s.dr.size() < (size_t)pool.size()) s.dr.resize(pool.size());
+  for (int t0 = 0, t1; t0 < n; t0 = t1) {
+    for (t1 = t0 + 1; t1 < n && batch.seq[t1] == batch.seq[t0];) ++t1;
+    float* S = state.ssm(layer, batch.seq[t0]);  // [n_head][head_dim][head_dim]
+    pool.run(H, [&](int64_t h, int thread) {
+      const size_t at = (size_t)t0 * C + (size_t)h * D;
+      DeltaRuleRows r;
+      r.q = s.q.data() + at;
+      r.k = s.k.data() + at;
+      r.v = s.v.data() + at;
+      r.q_stride = r.k_stride = r.v_stride = C;
+      r.g = s.f.data() + at;
+      r.g_stride = C;
+      r.n_g = D;
+      r.beta = s.beta.data() + (size_t)t0 * H + h;
+      r.beta_stride = H;
+      r.o = s.o.data() + at;
+      r.o_stride = C;
+      delta_rule_chunked(S + (size_t)h * D * D, D, D, t1 - t0, r, scale, kKdaChunk, s.dr[thread]);
+    });
+  }
 
   // Output gate: sigmoid of a full-rank (K3) or low-rank (Kimi Linear) projection.
   if (w.g) {

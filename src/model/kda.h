@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/delta_rule_chunked.h"
 #include "model/kv_cache.h"
 #include "runtime/batch.h"
 #include "weights/weight_store.h"
@@ -46,7 +47,11 @@ int64_t kda_ssm_floats(const ModelConfig& cfg);
 struct KdaScratch {
   std::vector<float> q, k, v, f, gate, beta, o, low;
   std::vector<uint8_t> mm;
+  std::vector<DeltaRuleScratch> dr;  // per pool thread
 };
+
+// Tokens per chunk of the chunked delta rule (model/delta_rule_chunked.h) in prefill; decode steps are chunks of one.
+constexpr int kKdaChunk = 64;
 
 // xn: [n_tokens, n_embd] normed input; out: [n_tokens, n_embd]. Reads and
 // advances the recurrent state of model layer `layer` for the batch's

@@ -11,14 +11,14 @@
 
 namespace spool {
 
-LlamaWeights load_llama_weights(const Manifest& m, const ModelConfig& c) {
+LlamaWeights load_llama_weights(const Manifest& m, const ModelConfig& c, bool layers) {
   LlamaWeights w;
   w.token_embd = &expect_tensor(m, "token_embd.weight", {c.n_embd, c.n_vocab});
   w.output_norm = &expect_tensor(m, "output_norm.weight", {c.n_embd});
   w.output = optional_tensor(m, "output.weight", {c.n_embd, c.n_vocab});
   if (!w.output) w.output = w.token_embd;  // tied embeddings
   w.rope_freqs = optional_tensor(m, "rope_freqs.weight", {c.rope.n_dims / 2});
-  for (int l = 0; l < c.n_layer; ++l) {
+  for (int l = 0; l < (layers ? c.n_layer : 0); ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LlamaLayerWeights L;
     L.attn_norm = &expect_tensor(m, p + "attn_norm.weight", {c.n_embd});
@@ -64,7 +64,7 @@ void LlamaScratch::resize(const ModelConfig& c, int n) {
   grow(out, (size_t)n * c.n_embd);
 }
 
-LlamaFamilyModel::LlamaFamilyModel(ModelParts parts, RopeStyle style) : Model(std::move(parts)) {
+LlamaFamilyModel::LlamaFamilyModel(ModelParts parts, RopeStyle style, OwnLayers) : Model(std::move(parts)) {
   const Manifest& m = parts_.weights->manifest();
   const TensorEntry& embd = m.require("token_embd.weight");
   if (embd.shape.size() != 2) throw Error("tensor 'token_embd.weight' must be 2-D, is " + embd.shape_string());
@@ -72,7 +72,16 @@ LlamaFamilyModel::LlamaFamilyModel(ModelParts parts, RopeStyle style) : Model(st
   if (config_.n_vocab != tokenizer().n_vocab())
     throw Error("token_embd.weight has " + std::to_string(config_.n_vocab) + " rows but the tokenizer has " +
                 std::to_string(tokenizer().n_vocab()) + " tokens");
-  w_ = load_llama_weights(m, config_);
+  w_ = load_llama_weights(m, config_, false);
+  if (w_.rope_freqs) {
+    WeightRef rf = weights().acquire(*w_.rope_freqs);
+    rope_freqs_.assign(rf.f32(), rf.f32() + config_.rope.n_dims / 2);
+  }
+}
+
+LlamaFamilyModel::LlamaFamilyModel(ModelParts parts, RopeStyle style)
+    : LlamaFamilyModel(std::move(parts), style, OwnLayers{}) {
+  w_ = load_llama_weights(weights().manifest(), config_);
   std::vector<const TensorEntry*> mats = {w_.output};  // every matmul weight, for packing
   for (const LlamaLayerWeights& L : w_.layers) {
     mats.insert(mats.end(), {L.wq, L.wk, L.wv, L.wo});
@@ -84,10 +93,6 @@ LlamaFamilyModel::LlamaFamilyModel(ModelParts parts, RopeStyle style) : Model(st
     }
   }
   weights().prepare_matmul_weights(mats, &pool());
-  if (w_.rope_freqs) {
-    WeightRef rf = weights().acquire(*w_.rope_freqs);
-    rope_freqs_.assign(rf.f32(), rf.f32() + config_.rope.n_dims / 2);
-  }
 }
 
 void LlamaFamilyModel::embed(const Batch& batch, float* x) {

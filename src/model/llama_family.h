@@ -32,8 +32,9 @@ struct LlamaWeights {
   std::vector<LlamaLayerWeights> layers;
 };
 
-// Finds and shape-checks every tensor for cfg.
-LlamaWeights load_llama_weights(const Manifest& m, const ModelConfig& cfg);
+// Finds and shape-checks every tensor for cfg (with `layers` false: only the
+// embeddings, output and rope factors; hybrid architectures load their own layers).
+LlamaWeights load_llama_weights(const Manifest& m, const ModelConfig& cfg, bool layers = true);
 
 // Activation buffers for one forward pass, grown as needed.
 struct LlamaScratch {
@@ -46,6 +47,13 @@ struct LlamaScratch {
 class LlamaFamilyModel : public Model {
  public:
   LlamaFamilyModel(ModelParts parts, RopeStyle style);
+
+ protected:
+  // For architectures whose layers are not llama blocks (hybrids): reads the
+  // config and the embeddings, output and rope factors; w_.layers stays empty
+  // and the derived class prepares its own matmul weights.
+  struct OwnLayers {};
+  LlamaFamilyModel(ModelParts parts, RopeStyle style, OwnLayers);
 
  protected:
   void embed(const Batch& batch, float* x);                       // x: [n_tokens, n_embd]

@@ -94,7 +94,10 @@ class EngineImpl final : public Engine {
     SchedOptions so;
     so.max_running = opt_.max_running;
     so.max_batch_tokens = opt_.max_batch_tokens;
-    so.prefix_cache = opt_.prefix_cache;
+    // A recurrent state folds in every token before it and cannot be rebuilt
+    // from shared KV blocks, so hybrid models compute every prompt in full.
+    so.prefix_cache = opt_.prefix_cache && shape.recurrent.empty();
+    stats_.prefix_cache = so.prefix_cache;
     so.kv_hints = opt_.kv_hints;
     sched_ = std::make_unique<Scheduler>(so, *kv_);
     stats_.kv_blocks_total = kv_->n_blocks();
@@ -341,6 +344,10 @@ class EngineImpl final : public Engine {
     stats_.kv_blocks_cached = kv_->n_cached();
     stats_.preemptions = sched_->preemptions();
     stats_.prefix_hit_tokens = sched_->prefix_hit_tokens();
+    if (const RecurrentState* rs = kv_->recurrent()) {
+      stats_.recurrent_state_bytes = rs->bytes_allocated();
+      stats_.recurrent_sequences = rs->n_active();
+    }
   }
 
   void loop() {

@@ -90,6 +90,12 @@ struct EngineStats {
   uint64_t kv_bytes = 0;              // the KV pool's size (reserved up front; count it in the memory budget)
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;
+  // Hybrid models (linear-attention layers): per-sequence recurrent state held
+  // now, and how many sequences hold one. Their prefix cache is off: a state
+  // cannot be rebuilt from shared KV blocks (docs/ARCHITECTURE.md).
+  uint64_t recurrent_state_bytes = 0;
+  int recurrent_sequences = 0;
+  bool prefix_cache = false;          // prefix reuse in effect
   // Latencies since start, seconds: time to first token, time between tokens.
   LatencyHistogram ttft{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
   LatencyHistogram inter_token{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};

@@ -160,6 +160,14 @@ std::string render_metrics(const std::vector<ModelFigures>& models, const std::m
   f.add("spool_kv_bytes", "gauge", "Bytes of the KV pool (reserved at start).", [](M m) { return (double)m.stats.kv_bytes; });
   f.add("spool_preemptions_total", "counter", "Requests preempted when KV blocks ran out.",
         [](M m) { return (double)m.stats.preemptions; });
+  f.add("spool_prefix_cache_enabled", "gauge",
+        "1 when prompt prefixes are reused; 0 when off (--no-prefix-cache, or a hybrid model with recurrent state).",
+        [](M m) { return m.stats.prefix_cache ? 1.0 : 0.0; });
+  f.add("spool_recurrent_state_bytes", "gauge",
+        "Bytes of per-sequence recurrent state held now (hybrid linear-attention models).",
+        [](M m) { return (double)m.stats.recurrent_state_bytes; });
+  f.add("spool_recurrent_sequences", "gauge", "Sequences holding a recurrent state now (hybrid models).",
+        [](M m) { return (double)m.stats.recurrent_sequences; });
   out += "# HELP spool_http_responses_total HTTP responses by status code.\n"
          "# TYPE spool_http_responses_total counter\n";
   for (const auto& [status, n] : http_by_status)

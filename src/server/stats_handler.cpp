@@ -47,6 +47,9 @@ json engine_json(const EngineStats& s) {
           {"kv_blocks_cached", s.kv_blocks_cached},
           {"kv_bytes", s.kv_bytes},
           {"preemptions", s.preemptions},
+          {"prefix_cache", s.prefix_cache},
+          {"recurrent_state_bytes", s.recurrent_state_bytes},
+          {"recurrent_sequences", s.recurrent_sequences},
           {"ttft_seconds", histogram_json(s.ttft)},
           {"inter_token_seconds", histogram_json(s.inter_token)}};
 }

@@ -45,5 +45,6 @@ void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_agents_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
 
 }  // namespace spool::cli

@@ -1,5 +1,5 @@
 // spool command-line entry point: subcommands run, tokenize, logits,
-// perplexity, bench, inspect, synth, serve, agents. Errors from any layer arrive here as
+// perplexity, bench, inspect, synth, serve, agents, convert. Errors from any layer arrive here as
 // spool::Error and become one line on stderr and exit code 1.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   spool::cli::add_synth_command(app);
   spool::cli::add_serve_command(app);
   spool::cli::add_agents_command(app);
+  spool::cli::add_convert_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

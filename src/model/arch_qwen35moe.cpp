@@ -1,0 +1,49 @@
+// Qwen3.5-MoE text model (GGUF architecture "qwen35moe", HF qwen3_5_moe): the
+// Qwen3-Next hybrid with separate q/k/v, z, b and a projections. Text positions
+// are the same on all three interleaved-MRoPE axes, so the rotation is plain NeoX
+// on the rotary dims. Blocks: gdn_model.h.
+#include "model/arch_registry.h"
+#include "model/gdn_model.h"
+#include "model/ops.h"
+
+namespace spool {
+namespace {
+
+class Qwen35MoeModel final : public GatedDeltaNetModel {
+ public:
+  // llama.cpp's converter tiles qwen35moe value heads (j uses key head j % n_k); HF checkpoints say grouped.
+  explicit Qwen35MoeModel(ModelParts parts) : GatedDeltaNetModel(std::move(parts), false) {}
+
+  void forward(const Batch& batch, KvCache& kv, float* logits) override {
+    const ModelConfig& c = config_;
+    const int n = batch.size();
+    grow(n);
+    float* x = s_.x.data();      // [n, n_embd] residual stream
+    float* xn = s_.xn.data();    // [n, n_embd]
+    float* out = s_.out.data();  // [n, n_embd]
+    weights().will_use_layer(0);
+    embed(batch, x);
+    for (int l = 0; l < c.n_layer; ++l) {
+      weights().will_use_layer(l + 1);
+      norm(*layers_[l].attn_norm, x, xn, n);
+      if (c.is_recurrent_layer(l))
+        linear_attention_layer(l, batch, kv, xn, out);  // Gated DeltaNet over each sequence's state
+      else
+        attention_layer(l, batch, kv, xn, out);  // gated full attention over the KV cache
+      add_inplace(x, out, (int64_t)n * c.n_embd);
+      norm(*layers_[l].post_norm, x, xn, n);
+      ffn(l, xn, out, n);  // routed experts + sigmoid-gated shared expert
+      add_inplace(x, out, (int64_t)n * c.n_embd);
+    }
+    advance_states(batch, kv);
+    output_logits(batch, x, logits);  // [n_outputs, n_vocab]
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen35moe_model(ModelParts parts) {
+  return std::make_unique<Qwen35MoeModel>(std::move(parts));
+}
+
+}  // namespace spool
