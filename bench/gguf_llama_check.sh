@@ -8,7 +8,7 @@ peer=${1:?llama.cpp checkout}; sub=${2:-build-native}; spool=${3:-build/spool}; 
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 g++ -O2 -std=c++17 bench/llama_logits.cpp -I"$peer/include" -I"$peer/ggml/include" -L"$peer/$sub/bin" \
   -Wl,-rpath,"$peer/$sub/bin" -lllama -o "$work/llama_logits"
-for fx in qwen3next-tiny qwen35moe-tiny; do
+for fx in qwen3next-tiny qwen35moe-tiny kimi-linear-tiny; do
   dir=$shared/fixtures/$fx
   "$spool" convert -m "$dir" -o "$work/$fx.gguf" 2>/dev/null
   ids() { python3 -c "import json,sys;print(','.join(map(str,json.load(open('$dir/reference.json'))['$1'])))"; }

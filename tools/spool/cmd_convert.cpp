@@ -7,6 +7,7 @@
 #include "cli_common.h"
 #include "format/gguf_export.h"
 #include "format/hf_hybrid.h"
+#include "model/kimi_convert.h"
 #include "model/model.h"
 
 namespace spool::cli {
@@ -22,6 +23,7 @@ void add_convert_command(CLI::App& app) {
     gguf::File f = open_model_file(o->model);
     std::vector<ExportTensor> tensors = export_tensors(f);
     hf::gdn_to_llama_layout(f, tensors);  // Gated DeltaNet hybrids; other architectures unchanged
+    kimi_to_llama_layout(f, tensors);     // Kimi Linear; other architectures unchanged
     write_gguf(f, tensors, o->out);
     std::fprintf(stderr, "spool: wrote %s (%s, %zu tensors)\n", o->out.c_str(), f.architecture().c_str(),
                  tensors.size());
