@@ -10,13 +10,14 @@
 #   MODEL=/tmp/spool-bench/k3-scaled.gguf  written with spool synth when missing
 #   TARGET=11.5G          synth --target-size (11.5 GiB = 12.3 GB)
 #   CAPS="1G 4G"          devsim --mem caps, each also spool's --mem-budget and plan's --budget
-#   READ_BW=1G            devsim --read-bw (1 GiB/s: a USB SSD) and plan's --read-bw
+#   READ_BW=1G            devsim --read-bw (1 GiB/s: a USB SSD)
 #   LLAMA=                llama.cpp's llama-bench binary; empty = spool and plan only
 #   N_GEN=8               tokens decoded per run
 #   SPOOL_ARGS=           extra spool run arguments
 #   DEVSIM=../shared/tools/devsim
-# The disk as the runs see it is measured in the same run: dd O_DIRECT 4 MiB
-# reads of the model under devsim's caps. llama.cpp runs mmap'd (it has no
+# The disk as the runs see it is measured in the same run (dd O_DIRECT 4 MiB
+# reads of the model under devsim's caps); it is the storage bound's
+# bandwidth and plan's --read-bw. llama.cpp runs mmap'd (it has no
 # budget flag) under the same cap: llama-bench -p 0 -n N_GEN -t 2 -r 1.
 # An engine that cannot load kimi-k3 gets a row saying so (and its error).
 # Writes OUTDIR/table.md and OUTDIR/*.log / *.json. Needs root (devsim),
@@ -64,7 +65,7 @@ table="$out/table.md"
 plan_row() {  # cap [hit-rate] -> "GB/token tok/s ttft"
   local extra=()
   [ -z "${2:-}" ] || extra=(--hit-rate "$2")
-  "$spool" plan "$model" --ram "$1" --budget "$1" --read-bw "$read_bw" --ctx 256 --prompt 9 "${extra[@]}" \
+  "$spool" plan "$model" --ram "$1" --budget "$1" --read-bw "${bw%.*}" --ctx 256 --prompt 9 "${extra[@]}" \
     >"$out/plan-$1${2:+-hit$2}.txt" 2>&1 || { echo "- - -"; return; }
   python3 - "$out/plan-$1${2:+-hit$2}.txt" <<'PY'
 import re, sys
@@ -112,7 +113,7 @@ run_llama() {  # cap
   local tag=llama-$1
   read -r p_gb p_tok p_ttft <<<"$(plan_row "$1")"
   if ! "$devsim" --mem "$1" "${throttle[@]}" --cold --report "$out/$tag.devsim.json" -- "$llama" -m "$model" \
-      -p 0 -n "$n_gen" -t 2 -r 1 -o md >"$out/$tag.log" 2>&1; then
+      -p 0 -n "$n_gen" -t 2 -r 1 -o md -v >"$out/$tag.log" 2>&1; then
     local why
     why=$(grep -m1 -i "error loading model\|error:" "$out/$tag.log" | sed 's/.*error[a-z ]*: //' | cut -c1-100 || true)
     echo "llama.cpp $1: cannot run: $why"
