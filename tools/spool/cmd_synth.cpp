@@ -136,7 +136,7 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("-o,--out", o->synth.out, "Output GGUF file (required unless --dry-run)");
   cmd->add_option("--vocab-from", o->synth.vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: ../shared/models/llama-2-tiny-random.gguf, "
-                  "or GPT-2's BPE vocab padded to size for the Qwen/Llama-3 presets; for deepseek2 the 512-token "
+                  "or GPT-2's BPE vocab padded to size for the Qwen/Llama-3 presets; for deepseek2 and kimi-k3 the 512-token "
                   "byte-level BPE of ../shared/fixtures/gguf/qwen2-tiny.f32.gguf, so token_embd/output stay small)");
   cmd->add_option("--seed", o->synth.seed, "Random seed")->capture_default_str();
   cmd->add_option("--layers,--n-layer", o->synth.n_layer, "Override the preset's layer count");
