@@ -11,14 +11,15 @@
 #   TARGET=11.5G          synth --target-size (11.5 GiB = 12.3 GB)
 #   CAPS="1G 4G"          devsim --mem caps, each also spool's --mem-budget and plan's --budget
 #   READ_BW=1G            devsim --read-bw (1 GiB/s: a USB SSD)
-#   LLAMA=                llama.cpp's llama-bench binary; empty = spool and plan only
+#   LLAMA=                llama.cpp's llama-completion (or llama-bench) binary; empty = spool and plan only
 #   N_GEN=8               tokens decoded per run
 #   SPOOL_ARGS=           extra spool run arguments
 #   DEVSIM=../shared/tools/devsim
 # The disk as the runs see it is measured in the same run (dd O_DIRECT 4 MiB
 # reads of the model under devsim's caps); it is the storage bound's
-# bandwidth and plan's --read-bw. llama.cpp runs mmap'd (it has no
-# budget flag) under the same cap: llama-bench -p 0 -n N_GEN -t 2 -r 1.
+# bandwidth and plan's --read-bw. llama.cpp runs mmap'd (it has no budget
+# flag) under the same cap: llama-completion -nr (no repacking), 2 threads,
+# greedy; llama-bench (which always repacks, so small caps kill it) also works.
 # An engine that cannot load kimi-k3 gets a row saying so (and its error).
 # Writes OUTDIR/table.md and OUTDIR/*.log / *.json. Needs root (devsim),
 # python3 and build/spool.
@@ -110,28 +111,36 @@ PY
 }
 
 run_llama() {  # cap
-  local tag=llama-$1
+  local tag=llama-$1 args
   read -r p_gb p_tok p_ttft <<<"$(plan_row "$1")"
-  if ! "$devsim" --mem "$1" "${throttle[@]}" --cold --report "$out/$tag.devsim.json" -- "$llama" -m "$model" \
-      -p 0 -n "$n_gen" -t 2 -r 1 -o md -v >"$out/$tag.log" 2>&1; then
+  if [ "$(basename "$llama")" = llama-bench ]; then  # no --no-repack here: repacked weights count against the cap
+    args=(-m "$model" -p 0 -n "$n_gen" -t 2 -r 1 -o md -v)
+  else  # llama-completion / llama-cli: mmap'd, no repack, as bench/streaming_caps.sh runs it
+    args=(-m "$model" -p "The quick brown fox" -n "$n_gen" --temp 0 -t 2 -nr -c 256 -no-cnv)
+  fi
+  if ! "$devsim" --mem "$1" "${throttle[@]}" --cold --report "$out/$tag.devsim.json" -- "$llama" "${args[@]}" \
+      >"$out/$tag.log" 2>&1; then
     local why
     why=$(grep -m1 -i "error loading model\|error:" "$out/$tag.log" | sed 's/.*error[a-z ]*: //' | cut -c1-100 || true)
+    if grep -q '"exit_code": 137' "$out/$tag.devsim.json" 2>/dev/null; then why="killed at the memory cap (exit 137)"; fi
     echo "llama.cpp $1: cannot run: $why"
-    echo "| $1 | llama.cpp | cannot load: ${why//|/} | | | | | | $p_gb | $p_tok | $p_ttft |" >>"$table"
+    echo "| $1 | llama.cpp | cannot run: ${why//|/} | | | | | | $p_gb | $p_tok | $p_ttft |" >>"$table"
     return
   fi
   python3 - "$out/$tag.log" "$out/$tag.devsim.json" "$bw" "$1" "$table" "$n_gen" "$p_gb" "$p_tok" "$p_ttft" <<'PY'
 import json, re, sys
 log = open(sys.argv[1], errors="replace").read(); d = json.load(open(sys.argv[2])); bw = float(sys.argv[3])
 cap, n_gen, p_gb, p_tok, p_ttft = sys.argv[4], int(sys.argv[6]), sys.argv[7], sys.argv[8], sys.argv[9]
-m = re.search(r"\|\s*tg\d+\s*\|\s*([\d.]+)", log)
-tok_s = float(m.group(1)) if m else 0.0
-# No per-token counter in llama.cpp: devsim's read total over the decoded tokens (load and warm-up included).
-gb_tok = d["read_bytes"] / (2 * n_gen) / 1e9  # llama-bench decodes n_gen tokens twice (warm-up + 1 rep)
-print(f"llama.cpp {cap}: decode {tok_s:.3f} tok/s, ~{gb_tok:.2f} GB read per token (whole run), "
+m = re.search(r"\|\s*tg\d+\s*\|\s*([\d.]+)", log)             # llama-bench
+ev = re.search(r"\beval time =\s*([\d.]+) ms /\s*(\d+) runs", log)  # llama-completion
+tok_s = float(m.group(1)) if m else (int(ev.group(2)) / (float(ev.group(1)) / 1000) if ev and int(ev.group(2)) else 0.0)
+# No per-token counter in llama.cpp: devsim's read total over the tokens decoded (load included), an upper bound.
+n_dec = 2 * n_gen if m else n_gen  # llama-bench decodes a warm-up run too
+gb_tok = d["read_bytes"] / n_dec / 1e9
+print(f"llama.cpp {cap}: decode {tok_s:.3f} tok/s, <= {gb_tok:.2f} GB read per token (whole run), "
       f"peak {d['peak_mem_bytes']/2**20:.0f} MiB of {d['mem_cap_bytes']/2**20:.0f}")
 with open(sys.argv[5], "a") as f:
-    f.write(f"| {cap} | llama.cpp | {tok_s:.3f} | ~{gb_tok:.2f} | {bw/(gb_tok*1e9):.3f} | {100*tok_s*gb_tok*1e9/bw:.0f} % | "
+    f.write(f"| {cap} | llama.cpp | {tok_s:.3f} | <= {gb_tok:.2f} | >= {bw/(gb_tok*1e9):.3f} | | "
             f"| {d['peak_mem_bytes']/2**20:.0f} / {d['mem_cap_bytes']/2**20:.0f} | {p_gb} | {p_tok} | {p_ttft} |\n")
 PY
 }
