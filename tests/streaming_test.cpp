@@ -28,7 +28,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kGguf = std::string(SPOOL_SHARED_DIR) + "/fixtures/gguf/";
-const char* kModels[] = {"deepseek3-tiny.f32.gguf", "mixtral-tiny.f32.gguf", "qwen2-tiny.f32.gguf"};
+const char* kModels[] = {"deepseek3-tiny.f32.gguf", "mixtral-tiny.f32.gguf", "qwen2-tiny.f32.gguf",
+                         "kimi-k3-tiny.f32.gguf"};  // K3: KDA + MLA, latent experts streamed per expert
 
 std::unique_ptr<Model> load_streaming(const std::string& path, uint64_t weight_budget, const std::string& policy = "lru") {
   LoadOptions o;

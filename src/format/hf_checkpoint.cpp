@@ -78,6 +78,26 @@ std::string gguf_tensor_name(const std::string& hf) {
       {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
       {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
       {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+      // Kimi Linear: Kimi Delta Attention (llama.cpp's names; A_log stays as it is,
+      // the model negates and exponentiates it) and the block_sparse_moe spellings
+      {"self_attn.q_conv1d.weight", "ssm_conv1d_q.weight"},
+      {"self_attn.k_conv1d.weight", "ssm_conv1d_k.weight"},
+      {"self_attn.v_conv1d.weight", "ssm_conv1d_v.weight"},
+      {"self_attn.f_a_proj.weight", "ssm_f_a.weight"},
+      {"self_attn.f_b_proj.weight", "ssm_f_b.weight"},
+      {"self_attn.g_a_proj.weight", "ssm_g_a.weight"},
+      {"self_attn.g_b_proj.weight", "ssm_g_b.weight"},
+      {"self_attn.b_proj.weight", "ssm_beta.weight"},
+      {"self_attn.A_log", "ssm_a_log"},
+      {"self_attn.dt_bias", "ssm_dt.bias"},
+      {"self_attn.o_norm.weight", "ssm_norm.weight"},
+      {"block_sparse_moe.gate_proj.weight", "ffn_gate.weight"},
+      {"block_sparse_moe.up_proj.weight", "ffn_up.weight"},
+      {"block_sparse_moe.down_proj.weight", "ffn_down.weight"},
+      {"block_sparse_moe.gate.e_score_correction_bias", "exp_probs_b.bias"},
+      {"block_sparse_moe.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"block_sparse_moe.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+      {"block_sparse_moe.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
   };
   if (auto it = top.find(hf); it != top.end()) return it->second;
   static const std::regex layer_re(R"(model\.layers\.(\d+)\.(.+))");

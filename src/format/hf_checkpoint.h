@@ -36,4 +36,8 @@ nlohmann::json read_json(const std::string& path);
 // architecture name. Computed tensors (llama3 rope factors) go into out.manifest.
 std::string config_to_metadata(const nlohmann::json& config, const std::string& name, gguf::File& out);
 
+// kimi_linear's layer kinds, KDA, MLA and MoE keys under llama.cpp's
+// kimi-linear names (hf_config_kimi.cpp); `a` is "kimi-linear.".
+void kimi_linear_to_metadata(const nlohmann::json& config, const std::string& a, gguf::File& out);
+
 }  // namespace spool::hf

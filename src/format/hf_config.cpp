@@ -53,6 +53,7 @@ const char* gguf_arch(const std::string& model_type) {
   if (model_type == "mixtral") return "llama";  // llama.cpp stores Mixtral as llama with experts
   if (model_type == "qwen3_moe") return "qwen3moe";
   if (model_type == "deepseek_v3" || model_type == "kimi_k2") return "deepseek2";
+  if (model_type == "kimi_linear") return "kimi-linear";
   return nullptr;
 }
 
@@ -254,7 +255,7 @@ std::string config_to_metadata_checked(const json& c, const std::string& name, g
   const json* mt = field(c, "model_type");
   if (!mt || !mt->is_string()) fail("missing 'model_type'");
   const char* arch = gguf_arch(mt->get<std::string>());
-  if (!arch) fail("unsupported model_type '" + mt->get<std::string>() + "' (supported: llama, qwen2, qwen3, mixtral, qwen3_moe, deepseek_v3)");
+  if (!arch) fail("unsupported model_type '" + mt->get<std::string>() + "' (supported: llama, qwen2, qwen3, mixtral, qwen3_moe, deepseek_v3, kimi_linear)");
   reject_unsupported(c);
   const std::string a = std::string(arch) + ".";
   const int64_t n_embd = integer(c, "hidden_size"), n_head = integer(c, "num_attention_heads");
@@ -281,6 +282,7 @@ std::string config_to_metadata_checked(const json& c, const std::string& name, g
   rope_to_metadata(c, a, n_rot, n_ctx, out);
   moe_to_metadata(c, mt->get<std::string>(), a, out);
   if (std::string(arch) == "deepseek2") deepseek_to_metadata(c, a, out);
+  if (std::string(arch) == "kimi-linear") kimi_linear_to_metadata(c, a, out);
   return arch;
 }
 

@@ -11,6 +11,8 @@ const std::pair<const char*, ModelFactory> kArchs[] = {
     {"qwen3", make_qwen3_model},
     {"qwen3moe", make_qwen3moe_model},
     {"deepseek2", make_deepseek2_model},
+    {"kimi-linear", make_kimi_linear_model},
+    {"kimi-k3", make_kimi_k3_model},
 };
 }  // namespace
 

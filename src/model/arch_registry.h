@@ -16,6 +16,8 @@ std::unique_ptr<Model> make_qwen2_model(ModelParts parts);
 std::unique_ptr<Model> make_qwen3_model(ModelParts parts);
 std::unique_ptr<Model> make_qwen3moe_model(ModelParts parts);
 std::unique_ptr<Model> make_deepseek2_model(ModelParts parts);
+std::unique_ptr<Model> make_kimi_linear_model(ModelParts parts);
+std::unique_ptr<Model> make_kimi_k3_model(ModelParts parts);
 
 // nullptr if the architecture is unknown.
 using ModelFactory = std::unique_ptr<Model> (*)(ModelParts);

@@ -23,6 +23,29 @@ int uniform_int(const gguf::File& f, const std::string& key, int def) {
   return (int)v->ints[0];
 }
 
+// head_count_kv, which hybrid files (llama.cpp's kimi-linear / kimi-k3) give
+// per layer with 0 marking a linear-attention layer: those layers are flagged
+// in `recurrent` and the others must agree.
+int read_head_count_kv(const gguf::File& f, const std::string& key, int def, int n_layer,
+                       std::vector<uint8_t>& recurrent) {
+  const gguf::Value* v = f.find(key);
+  if (!v || !v->is_array() || std::find(v->ints.begin(), v->ints.end(), 0) == v->ints.end())
+    return uniform_int(f, key, def);
+  if ((int)v->ints.size() != n_layer)
+    throw Error("model metadata '" + key + "' has " + std::to_string(v->ints.size()) + " entries for " +
+                std::to_string(n_layer) + " layers");
+  int n = 0;
+  recurrent.assign(n_layer, 0);
+  for (int l = 0; l < n_layer; ++l) {
+    const int x = (int)v->ints[l];
+    if (x == 0) { recurrent[l] = 1; continue; }
+    if (n != 0 && x != n) throw Error("model metadata '" + key + "' varies by attention layer, which is not supported");
+    n = x;
+  }
+  if (n == 0) throw Error("model metadata '" + key + "' marks every layer linear-attention");
+  return n;
+}
+
 void check_positive(int v, const std::string& what) {
   if (v <= 0) throw Error("model metadata: " + what + " must be positive, got " + std::to_string(v));
 }
@@ -92,7 +115,7 @@ ModelConfig read_config(const gguf::File& f, int n_vocab, RopeStyle style) {
   c.n_layer = (int)f.get_int(a + "block_count");
   c.n_ff = uniform_int(f, a + "feed_forward_length", 0);
   c.n_head = uniform_int(f, a + "attention.head_count", 0);
-  c.n_head_kv = uniform_int(f, a + "attention.head_count_kv", c.n_head);
+  c.n_head_kv = read_head_count_kv(f, a + "attention.head_count_kv", c.n_head, c.n_layer, c.layer_recurrent);
   check_positive(c.n_embd, "embedding_length");
   check_positive(c.n_layer, "block_count");
   check_positive(c.n_head, "attention.head_count");

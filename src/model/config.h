@@ -36,7 +36,18 @@ struct MlaConfig {
   int kv_lora_rank = 0;
   int head_dim_k = 0;           // qk_nope_head_dim + qk_rope_head_dim, per head after decompression
   int head_dim_v = 0;           // v_head_dim
+  bool nope = false;            // Kimi Linear / K3: the "rope" slice of q and k is used unrotated
   bool enabled() const { return kv_lora_rank > 0; }
+};
+
+// Kimi Delta Attention (Kimi Linear, K3; model/kda.h): n_head heads of
+// head_dim key and value channels after a conv_kernel-wide causal conv.
+struct KdaConfig {
+  int n_head = 0;
+  int head_dim = 0;
+  int conv_kernel = 0;
+  float gate_lower_bound = 0.0f;  // K3: g = lb * sigmoid(...); 0: Kimi Linear's -exp(A_log) * softplus(...)
+  int d_inner() const { return n_head * head_dim; }
 };
 
 struct ModelConfig {
@@ -67,8 +78,14 @@ struct ModelConfig {
   int n_expert_shared = 0;      // shared experts, always on (one SwiGLU of n_expert_shared * n_ff_exp)
   std::vector<int> dense_ffn_layers;
   bool is_moe_layer(int layer) const;
+  // Kimi K3: routed experts work in a latent width (ffn_routed_down / _up
+  // around them; 0: n_embd), and the feed-forwards use the "situ" activation
+  // b tanh(g/b) sigmoid(g) * lb tanh(u/lb) instead of SwiGLU when situ_beta > 0.
+  int n_embd_exp = 0;
+  float situ_beta = 0.0f, situ_linear_beta = 0.0f;
 
   MlaConfig mla;
+  KdaConfig kda;
 
   // Hybrid linear-attention models (Qwen3-Next, Kimi Linear / K3): per layer,
   // 1 for a linear-attention layer, which keeps recurrent state (sizes in

@@ -146,6 +146,7 @@ void MlaAttention::project_kv(WeightStore& store, ThreadPool& pool, const Batch&
   WeightRef wa = store.acquire(*w_.kv_a), norm = store.acquire(*w_.kv_a_norm);
   matmul(pool, wa.mat(), xn, n, s_->kva.data(), s_->mm);  // [n, kv_lora_rank + n_rope]
   for (int t = 0; t < n; ++t) rms_norm(s_->kva.data() + (size_t)t * row, norm.f32(), s_->kva.data() + (size_t)t * row, 1, L, c_.rms_eps);
+  if (c_.mla.nope) return;  // Kimi: the rope key is used as it is
   copy_cols(s_->kva.data(), row, L, r, s_->qh.data(), r, n);  // [n, n_rope]
   rope(s_->qh.data(), n, 1, r, batch.pos.data(), c_.rope, nullptr);
   for (int t = 0; t < n; ++t) std::memcpy(s_->kva.data() + (size_t)t * row + L, s_->qh.data() + (size_t)t * r, r * sizeof(float));
@@ -156,10 +157,12 @@ void MlaAttention::forward(WeightStore& store, ThreadPool& pool, KvCache& kv, in
   const int n = batch.size(), H = c_.n_head, dk = c_.mla.head_dim_k, r = c_.rope.n_dims;
   project_q(store, pool, xn, n);  // q_: [n, n_head, nope | rope]
   // Rotate each head's rope part (its last n_rope values).
-  grow(s_->qh, (size_t)n * H * r);
-  copy_cols(s_->q.data(), dk, dk - r, r, s_->qh.data(), r, n * H);  // [n * n_head, n_rope]
-  rope(s_->qh.data(), n, H, r, batch.pos.data(), c_.rope, nullptr);
-  for (int i = 0; i < n * H; ++i) std::memcpy(s_->q.data() + (size_t)i * dk + dk - r, s_->qh.data() + (size_t)i * r, r * sizeof(float));
+  if (!c_.mla.nope) {
+    grow(s_->qh, (size_t)n * H * r);
+    copy_cols(s_->q.data(), dk, dk - r, r, s_->qh.data(), r, n * H);  // [n * n_head, n_rope]
+    rope(s_->qh.data(), n, H, r, batch.pos.data(), c_.rope, nullptr);
+    for (int i = 0; i < n * H; ++i) std::memcpy(s_->q.data() + (size_t)i * dk + dk - r, s_->qh.data() + (size_t)i * r, r * sizeof(float));
+  }
 
   project_kv(store, pool, batch, xn);           // kva_: [n, kv_lora_rank + n_rope]
   kv_store(kv, layer, batch, s_->kva.data(), nullptr);
@@ -167,6 +170,13 @@ void MlaAttention::forward(WeightStore& store, ThreadPool& pool, KvCache& kv, in
   grow(s_->att, (size_t)n * H * c_.mla.head_dim_v);
   if (form == MlaForm::Plain) attend_plain(store, pool, kv, layer, batch);
   else attend_absorbed(store, pool, kv, layer, batch);  // att_: [n, n_head * head_dim_v]
+  if (w_.gate) {  // K3: att *= sigmoid(attn_gate xn)
+    const size_t n_att = (size_t)n * H * c_.mla.head_dim_v;
+    grow(s_->gate, n_att);
+    WeightRef g = store.acquire(*w_.gate);
+    matmul(pool, g.mat(), xn, n, s_->gate.data(), s_->mm);  // [n, n_head * head_dim_v]
+    for (size_t i = 0; i < n_att; ++i) s_->att[i] *= 1.0f / (1.0f + std::exp(-s_->gate[i]));
+  }
   WeightRef wo = store.acquire(*w_.wo);
   matmul(pool, wo.mat(), s_->att.data(), n, out, s_->mm);  // [n, n_embd]
 }

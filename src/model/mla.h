@@ -32,6 +32,8 @@ struct MlaLayerWeights {
   const TensorEntry* k_b = nullptr;        // attn_k_b  [n_nope, kv_lora_rank, n_head]
   const TensorEntry* v_b = nullptr;        // attn_v_b  [kv_lora_rank, head_dim_v, n_head]
   const TensorEntry* wo = nullptr;         // attn_output [n_head * head_dim_v, n_embd]
+  // Kimi K3: optional sigmoid gate on the attention output (the model loads it).
+  const TensorEntry* gate = nullptr;       // attn_gate [n_embd, n_head * head_dim_v]
 };
 
 // Finds and shape-checks layer `prefix` ("blk.N.")'s attention tensors.
@@ -47,7 +49,7 @@ float mla_kq_scale(const ModelConfig& cfg);
 // n_head x (kv_lora_rank + n_rope) and n_head x kv_lora_rank floats a token)
 // are held for kMlaTokenChunk tokens at a time only.
 struct MlaScratch {
-  std::vector<float> qa, q, kva, att, qh, qlat, olat, oh, lat, kn, vv;  // see MlaAttention::forward()
+  std::vector<float> qa, q, kva, att, qh, qlat, olat, oh, lat, kn, vv, gate;  // see MlaAttention::forward()
   std::vector<uint8_t> mm;
 };
 

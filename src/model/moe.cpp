@@ -16,11 +16,18 @@ namespace spool {
 MoeLayerWeights load_moe_weights(const Manifest& m, const std::string& prefix, const ModelConfig& c) {
   MoeLayerWeights w;
   w.router = &expect_tensor(m, prefix + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
+  const int64_t d = c.n_embd_exp > 0 ? c.n_embd_exp : c.n_embd;  // the experts' input and output width
+  if (c.n_embd_exp > 0) {
+    w.latent_down = &expect_tensor(m, prefix + "ffn_routed_down.weight", {c.n_embd, d});
+    w.latent_up = &expect_tensor(m, prefix + "ffn_routed_up.weight", {d, c.n_embd});
+    w.latent_norm = &expect_tensor(m, prefix + "ffn_routed_norm.weight", {d});
+    if (w.latent_norm->type != DType::F32) throw Error("tensor '" + w.latent_norm->name + "' must be F32");
+  }
   for (int e = 0; e < c.n_expert; ++e) {
     ExpertWeights x;
-    x.gate = &expect_tensor(m, expert_slice_name(prefix + "ffn_gate_exps.weight", e), {c.n_embd, c.n_ff_exp});
-    x.up = &expect_tensor(m, expert_slice_name(prefix + "ffn_up_exps.weight", e), {c.n_embd, c.n_ff_exp});
-    x.down = &expect_tensor(m, expert_slice_name(prefix + "ffn_down_exps.weight", e), {c.n_ff_exp, c.n_embd});
+    x.gate = &expect_tensor(m, expert_slice_name(prefix + "ffn_gate_exps.weight", e), {d, c.n_ff_exp});
+    x.up = &expect_tensor(m, expert_slice_name(prefix + "ffn_up_exps.weight", e), {d, c.n_ff_exp});
+    x.down = &expect_tensor(m, expert_slice_name(prefix + "ffn_down_exps.weight", e), {c.n_ff_exp, d});
     w.experts.push_back(x);
   }
   w.choice_bias = optional_tensor(m, prefix + "exp_probs_b.bias", {c.n_expert});
@@ -39,6 +46,7 @@ MoeLayerWeights load_moe_weights(const Manifest& m, const std::string& prefix, c
 
 std::vector<const TensorEntry*> moe_matmul_weights(const MoeLayerWeights& w) {
   std::vector<const TensorEntry*> out = {w.router};
+  if (w.latent_down) out.insert(out.end(), {w.latent_down, w.latent_up});
   for (const ExpertWeights& x : w.experts) out.insert(out.end(), {x.gate, x.up, x.down});
   if (w.has_shared()) out.insert(out.end(), {w.shared.gate, w.shared.up, w.shared.down});
   return out;
@@ -63,6 +71,15 @@ void route_softmax_topk(const float* logits, int n_tokens, int n_expert, int k, 
       ids[(size_t)t * k + j] = order[j];
       weights[(size_t)t * k + j] = renormalize ? p[order[j]] / top_sum : p[order[j]];
     }
+  }
+}
+
+void ffn_activation(const ModelConfig& c, float* g, const float* u, int64_t n) {
+  if (c.situ_beta <= 0.0f) return swiglu(g, u, n);
+  const float b = c.situ_beta, lb = c.situ_linear_beta;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    g[i] = b * std::tanh(x / b) / (1.0f + std::exp(-x)) * (lb * std::tanh(u[i] / lb));
   }
 }
 
@@ -144,8 +161,8 @@ void group_by_expert(const int32_t* ids, int n_rows, int n_expert, MoeScratch& s
 // Expert x over its m routed rows (group_row[first .. first + m)); adds each
 // result, times its router weight, to the token's row of out.
 void run_expert(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const ExpertWeights& x, int first, int m,
-                const float* xn, float* out, MoeScratch& s) {
-  const int d = c.n_embd, k = c.n_expert_used;
+                const float* xn, int d, float* out, MoeScratch& s) {
+  const int k = c.n_expert_used;
   for (int i = 0; i < m; ++i) {  // xe: [m, n_embd] the routed tokens' inputs
     const int token = s.group_row[first + i] / k;
     std::memcpy(s.xe.data() + (size_t)i * d, xn + (size_t)token * d, d * sizeof(float));
@@ -154,7 +171,7 @@ void run_expert(WeightStore& store, ThreadPool& pool, const ModelConfig& c, cons
     WeightRef gate = store.acquire(*x.gate), up = store.acquire(*x.up);
     matmul_pair(pool, gate.mat(), up.mat(), s.xe.data(), m, s.gate.data(), s.up.data(), s.mm);  // [m, n_ff_exp] each
   }
-  swiglu(s.gate.data(), s.up.data(), (int64_t)m * c.n_ff_exp);
+  ffn_activation(c, s.gate.data(), s.up.data(), (int64_t)m * c.n_ff_exp);
   {
     WeightRef down = store.acquire(*x.down);
     matmul(pool, down.mat(), s.gate.data(), m, s.ye.data(), s.mm);  // [m, n_embd]
@@ -178,7 +195,7 @@ void add_shared_experts(WeightStore& store, ThreadPool& pool, const ModelConfig&
     WeightRef gate = store.acquire(*x.gate), up = store.acquire(*x.up);
     matmul_pair(pool, gate.mat(), up.mat(), xn, n_tokens, s.gate.data(), s.up.data(), s.mm);  // [n_tokens, n_ff_sh] each
   }
-  swiglu(s.gate.data(), s.up.data(), (int64_t)n_tokens * n_ff);
+  ffn_activation(c, s.gate.data(), s.up.data(), (int64_t)n_tokens * n_ff);
   WeightRef down = store.acquire(*x.down);
   matmul(pool, down.mat(), s.gate.data(), n_tokens, s.ye.data(), s.mm);  // [n_tokens, n_embd]
   add_inplace(out, s.ye.data(), (int64_t)n_tokens * c.n_embd);
@@ -216,10 +233,30 @@ void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
       needed.insert(needed.end(), {w.experts[e].gate, w.experts[e].up, w.experts[e].down});
   store.prefetch(needed);
 
-  std::memset(out, 0, (size_t)n_tokens * c.n_embd * sizeof(float));
+  // Latent MoE: the experts run on n_embd_exp-wide rows xl = routed_down xn.
+  const int d = w.latent_down ? c.n_embd_exp : c.n_embd;
+  const float* xe = xn;
+  float* ye = out;
+  if (w.latent_down) {
+    grow(s.xl, (size_t)n_tokens * d);
+    grow(s.yl, (size_t)n_tokens * d);
+    WeightRef down = store.acquire(*w.latent_down);
+    matmul(pool, down.mat(), xn, n_tokens, s.xl.data(), s.mm);  // [n_tokens, n_embd_exp]
+    xe = s.xl.data();
+    ye = s.yl.data();
+  }
+  std::memset(ye, 0, (size_t)n_tokens * d * sizeof(float));
   for (int e = 0; e < n_expert; ++e) {
     const int first = s.group_start[e], m = s.group_start[e + 1] - first;
-    if (m > 0) run_expert(store, pool, c, w.experts[e], first, m, xn, out, s);
+    if (m > 0) run_expert(store, pool, c, w.experts[e], first, m, xe, d, ye, s);
+  }
+  if (w.latent_down) {  // out = routed_up(rmsnorm(yl) * routed_norm)
+    {
+      WeightRef norm = store.acquire(*w.latent_norm);
+      rms_norm(s.yl.data(), norm.f32(), s.yl.data(), n_tokens, d, c.rms_eps);
+    }
+    WeightRef up = store.acquire(*w.latent_up);
+    matmul(pool, up.mat(), s.yl.data(), n_tokens, out, s.mm);  // [n_tokens, n_embd]
   }
   if (w.has_shared()) add_shared_experts(store, pool, c, w.shared, xn, out, n_tokens, s);
 }

@@ -30,8 +30,16 @@ struct MoeLayerWeights {
   const TensorEntry* choice_bias = nullptr; // optional exp_probs_b [n_expert]: added to scores to choose only
   std::vector<ExpertWeights> experts;       // [n_expert]
   ExpertWeights shared;                     // optional shared experts, [n_embd, n_expert_shared * n_ff_exp]
+  // Latent MoE (Kimi K3, cfg.n_embd_exp > 0): routed experts read and write
+  // n_embd_exp-wide rows; their weighted sum is normed and projected back.
+  const TensorEntry* latent_down = nullptr;  // ffn_routed_down [n_embd, n_embd_exp]
+  const TensorEntry* latent_up = nullptr;    // ffn_routed_up   [n_embd_exp, n_embd]
+  const TensorEntry* latent_norm = nullptr;  // ffn_routed_norm [n_embd_exp]
   bool has_shared() const { return shared.gate != nullptr; }
 };
+
+// g[i] = act(g[i], u[i]): SwiGLU, or K3's situ when cfg.situ_beta > 0.
+void ffn_activation(const ModelConfig& cfg, float* g, const float* u, int64_t n);
 
 // Finds and shape-checks layer `prefix` ("blk.N.")'s router and expert slices.
 MoeLayerWeights load_moe_weights(const Manifest& m, const std::string& prefix, const ModelConfig& cfg);
@@ -63,6 +71,7 @@ struct MoeScratch {
   std::vector<int32_t> group_start;      // [n_expert + 1] offsets into group_row
   std::vector<int32_t> group_row;        // [n_tokens * n_expert_used] routed (token, slot) rows by expert
   std::vector<float> xe, gate, up, ye;   // [m, n_embd], [m, n_ff_exp] x2, [m, n_embd] for one expert's m tokens
+  std::vector<float> xl, yl;             // latent MoE: [n_tokens, n_embd_exp] expert inputs and summed outputs
   std::vector<uint8_t> mm;               // matmul activation conversion
 };
 
