@@ -112,45 +112,77 @@ TEST(CostPlan, SizesMatchTheTensorTable) {
 TEST(CostPlan, ReadsTokSAndTtftUnderABudget) {
   const gguf::File f = gguf::open(mini().path);
   const CostModel m = cost_model_from_gguf(f, mini().path);
+  // From the tensor table: page-rounded non-expert tensors (token_embd is read by rows) and one expert slot.
+  auto page = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
+  uint64_t dense_rounded = 0;
+  for (const TensorEntry& e : f.manifest.tensors)
+    if (e.name.find("_exps.weight") == std::string::npos && e.name != "token_embd.weight") dense_rounded += page(e.bytes);
+  const uint64_t slot = page(3ull * 96 * 64 / 32 * 17);
   PlanOptions o;
   o.n_ctx = 100;
-  o.device = device(1, 2e6);
+  o.device = device(1e12, 2e6);
   const CostReport full = compute_cost(m, o);
-  // Half the touched dense bytes fit after the KV reserve; no room for experts.
+  EXPECT_EQ(full.dense_streamed, 0);
+  EXPECT_EQ(full.tensor_slots, 0);
   const double dense = (double)full.tok_dense();
-  o.device = device((double)full.kv_reserved + dense / 2, 2e6);
+
+  // Every non-expert tensor resident and room for exactly 10 expert slots (the 5 = top-4 + 1 minimum included).
+  o.device = device((double)(full.kv_reserved + dense_rounded + 10 * slot), 2e6);
   CostReport r = compute_cost(m, o);
-  EXPECT_DOUBLE_EQ(r.dense_resident, dense / 2);
-  EXPECT_DOUBLE_EQ(r.dense_streamed, dense / 2);
-  EXPECT_DOUBLE_EQ(r.expert_cache, 0);
-  EXPECT_DOUBLE_EQ(r.hit_rate, 0);
-  EXPECT_DOUBLE_EQ(r.read_per_token, dense / 2 + (double)r.tok_experts);
+  EXPECT_TRUE(r.fits_streaming_minimum);
+  EXPECT_EQ(r.dense_streamed, 0);
+  EXPECT_DOUBLE_EQ(r.expert_cache, 10.0 * slot);
+  EXPECT_DOUBLE_EQ(r.cached_fraction, 10.0 / 48);  // 3 MoE layers x 16 experts
+  EXPECT_DOUBLE_EQ(r.hit_rate, 10.0 / 48);
+  EXPECT_DOUBLE_EQ(r.read_per_token, (1 - 10.0 / 48) * (double)r.tok_experts);
   EXPECT_DOUBLE_EQ(r.decode_tok_s, 2e6 / r.read_per_token);
-  // A 1-token prompt reads what a decode step reads (k distinct experts per layer).
-  o.n_prompt = 1;
-  r = compute_cost(m, o);
-  EXPECT_NEAR(r.prefill_read, r.read_per_token, 1e-6 * r.read_per_token);
-  EXPECT_NEAR(r.ttft_s, r.read_per_token / 2e6, 1e-9);
-  // 64 tokens in chunks of 32: two chunks, each with N (1 - (1 - k/N)^32) experts per layer.
-  o.n_prompt = 64;
-  o.n_chunk = 32;
-  r = compute_cost(m, o);
-  const double distinct = 16 * (1 - std::pow(1 - 4.0 / 16, 32));
-  EXPECT_NEAR(r.distinct_per_chunk, distinct, 1e-9);
-  EXPECT_NEAR(r.prefill_read, 2 * (dense / 2 + distinct * 3 * (double)r.expert_bytes), 1e-6 * r.prefill_read);
-  // All dense resident, a quarter of the experts cached, a measured hit rate given.
-  o.device = device((double)full.kv_reserved + dense + (double)full.experts_total / 4, 2e6);
-  o.n_prompt = 1;
-  r = compute_cost(m, o);
-  EXPECT_DOUBLE_EQ(r.dense_streamed, 0);
-  EXPECT_NEAR(r.cached_fraction, 0.25, 1e-12);
-  EXPECT_NEAR(r.hit_rate, 0.25, 1e-12);
-  o.hit_rate = 0.6;
+  o.hit_rate = 0.6;  // a measured rate replaces the cached share
   r = compute_cost(m, o);
   EXPECT_TRUE(r.hit_rate_given);
   EXPECT_NEAR(r.read_per_token, 0.4 * (double)r.tok_experts, 1e-6);
   o.hit_rate = 1.5;
   EXPECT_THROW(compute_cost(m, o), Error);
+  o.hit_rate = NAN;
+
+  // Below the expert minimum: spool would refuse; everything is read.
+  o.device = device((double)(full.kv_reserved + 4 * slot), 2e6);
+  r = compute_cost(m, o);
+  EXPECT_FALSE(r.fits_streaming_minimum);
+  const TensorEntry* embd = f.manifest.find("token_embd.weight");
+  ASSERT_NE(embd, nullptr);
+  EXPECT_DOUBLE_EQ(r.dense_resident, (double)(embd->bytes / (uint64_t)embd->shape[1]));  // the embedding row only
+  EXPECT_DOUBLE_EQ(r.read_per_token, r.dense_streamed + (double)r.tok_experts);
+
+  // Budgets in between: the books balance and more memory never reads more.
+  double last = INFINITY;
+  for (double extra = 5 * slot; extra <= dense_rounded + 20.0 * slot; extra += dense_rounded / 16.0) {
+    o.device = device((double)full.kv_reserved + extra, 2e6);
+    r = compute_cost(m, o);
+    SCOPED_TRACE(extra);
+    EXPECT_TRUE(r.fits_streaming_minimum);
+    EXPECT_DOUBLE_EQ(r.dense_resident + r.dense_streamed, dense);
+    EXPECT_LE(r.dense_resident + r.tensor_slots + r.expert_cache, extra + 4096.0 * 64);
+    EXPECT_GE(r.expert_cache, 5.0 * slot);
+    EXPECT_DOUBLE_EQ(r.read_per_token, r.dense_streamed + (1 - r.cached_fraction) * (double)r.tok_experts);
+    EXPECT_LE(r.read_per_token, last);
+    last = r.read_per_token;
+  }
+
+  // Prefill: a 1-token prompt reads what a decode step reads (k distinct experts per layer); 64 tokens in
+  // chunks of 32 are two chunks with N (1 - (1 - k/N)^32) experts per layer each.
+  o.device = device((double)full.kv_reserved + dense_rounded / 2.0 + 5 * slot, 2e6);
+  o.n_prompt = 1;
+  r = compute_cost(m, o);
+  EXPECT_GT(r.dense_streamed, 0);
+  EXPECT_NEAR(r.prefill_read, r.read_per_token, 1e-6 * r.read_per_token);
+  EXPECT_NEAR(r.ttft_s, r.read_per_token / 2e6, 1e-9);
+  o.n_prompt = 64;
+  o.n_chunk = 32;
+  r = compute_cost(m, o);
+  const double distinct = 16 * (1 - std::pow(1 - 4.0 / 16, 32));
+  EXPECT_NEAR(r.distinct_per_chunk, distinct, 1e-9);
+  EXPECT_NEAR(r.prefill_read,
+              2 * (r.dense_streamed + (1 - r.hit_rate) * distinct * 3 * (double)r.expert_bytes), 1e-6 * r.prefill_read);
 }
 
 TEST(CostPlan, KimiK3PresetAndContextTable) {

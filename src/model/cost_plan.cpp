@@ -10,6 +10,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -58,6 +59,44 @@ void set_kimi_kv(ModelConfig& c, const std::vector<bool>& is_mla, int n_head, in
 }
 
 std::string gb(double bytes) { return fmt("%.3f GB", bytes / 1e9); }
+
+uint64_t round_page(uint64_t x) { return (x + 4095) / 4096 * 4096; }
+
+// Non-expert tensors under spool's streaming store (weights/streaming_store.cpp,
+// choose_residency): for a tensor slot size m, 3 slots of m; every tensor
+// larger than m resident, the others resident largest first while they fit,
+// the rest streamed through the slots. The m that streams fewest bytes wins.
+struct DensePlacement {
+  bool ok = false;
+  uint64_t resident = 0;      // page-rounded bytes held
+  uint64_t streamed = 0;      // bytes read every token
+  uint64_t tensor_slots = 0;  // 3 x the slot size, when anything streams
+};
+
+DensePlacement place_dense(std::vector<uint64_t> sizes, uint64_t room) {
+  std::stable_sort(sizes.begin(), sizes.end(), std::greater<uint64_t>());
+  std::set<uint64_t> slot_sizes = {0};
+  for (uint64_t b : sizes) slot_sizes.insert(round_page(b));
+  DensePlacement best;
+  for (uint64_t m : slot_sizes) {
+    if (room < 3 * m) continue;
+    const uint64_t left = room - 3 * m;
+    DensePlacement p;
+    p.ok = true;
+    for (uint64_t b : sizes) {
+      const uint64_t cost = round_page(b);
+      if (p.resident + cost <= left) p.resident += cost;
+      else if (cost > m) { p.ok = false; break; }
+      else p.streamed += b;
+    }
+    if (!p.ok) continue;
+    p.tensor_slots = p.streamed ? 3 * m : 0;
+    if (!best.ok || p.streamed < best.streamed || (p.streamed == best.streamed && p.tensor_slots < best.tensor_slots))
+      best = p;
+    if (best.streamed == 0) break;
+  }
+  return best;
+}
 
 }  // namespace
 
@@ -230,13 +269,33 @@ CostReport compute_cost(const CostModel& m, const PlanOptions& o) {
   r.kv_per_token = context_bytes(m.kv, 1) - r.state_per_seq;
   r.kv_reserved = context_bytes(m.kv, o.n_ctx);
 
-  // Placement: dense weights first, then an expert cache.
+  // Placement as spool's streaming store: (k + 1) expert slots first, the
+  // non-expert tensors as place_dense() puts them, more expert slots (the
+  // expert cache) with what is left. token_embd is read a row at a time.
   r.budget = o.device.budget_bytes;
-  const double for_weights = std::max(0.0, r.budget - (double)r.kv_reserved);
-  r.dense_resident = std::min((double)r.tok_dense(), for_weights);
-  r.dense_streamed = (double)r.tok_dense() - r.dense_resident;
-  r.expert_cache = std::max(0.0, for_weights - r.dense_resident);
-  r.cached_fraction = r.experts_total ? std::min(1.0, r.expert_cache / (double)r.experts_total) : 1.0;
+  const uint64_t for_weights = (uint64_t)std::max(0.0, r.budget - (double)r.kv_reserved);
+  uint64_t max_expert = 0;
+  for (const auto& [l, b] : expert_by_layer) max_expert = std::max(max_expert, b);
+  const uint64_t expert_slot = round_page(max_expert), n_expert_units = (uint64_t)r.n_moe_layers * m.n_expert;
+  const uint64_t expert_min = n_expert_units ? (uint64_t)(m.n_expert_used + 1) * expert_slot : 0;
+  std::vector<uint64_t> dense_sizes;
+  for (const CostTensor& t : m.tensors)
+    if (!t.routed_expert && t.name != "token_embd.weight") dense_sizes.push_back(t.bytes);
+  DensePlacement dp;
+  if (for_weights >= expert_min) dp = place_dense(dense_sizes, for_weights - expert_min);
+  r.fits_streaming_minimum = dp.ok;
+  if (!dp.ok) {  // spool would refuse this budget; count everything as read
+    dp.streamed = 0;
+    for (uint64_t b : dense_sizes) dp.streamed += b;
+    dp.resident = dp.tensor_slots = 0;
+  }
+  r.dense_streamed = (double)std::min<uint64_t>(dp.streamed, r.tok_dense());
+  r.dense_resident = (double)r.tok_dense() - r.dense_streamed;
+  r.tensor_slots = (double)dp.tensor_slots;
+  const uint64_t left = dp.ok ? for_weights - dp.resident - dp.tensor_slots : 0;
+  const uint64_t n_slots = expert_slot ? std::min<uint64_t>(left / expert_slot, n_expert_units) : 0;
+  r.expert_cache = (double)(n_slots * expert_slot);
+  r.cached_fraction = n_expert_units ? (double)n_slots / (double)n_expert_units : 1.0;
   r.hit_rate_given = !std::isnan(o.hit_rate);
   r.hit_rate = r.hit_rate_given ? o.hit_rate : r.cached_fraction;
 
@@ -259,8 +318,12 @@ CostReport compute_cost(const CostModel& m, const PlanOptions& o) {
                "upper bound and TTFT a lower bound");
   as.push_back("one sequence; KV and recurrent state reserved for --ctx " + std::to_string(o.n_ctx) +
                " tokens in F32 (spool's MLA cache and state type); activations and scratch not counted");
-  as.push_back("placement as spool's streaming store: every non-expert weight a token touches stays resident while "
-               "the budget allows, the rest of the budget caches routed experts; token_embd is read one row a token");
+  as.push_back("placement as spool's streaming store: room for top-k + 1 expert slots, then non-expert tensors "
+               "resident largest first with 3 tensor slots for the ones that stream, the rest of the budget as more "
+               "expert slots (the expert cache); token_embd is read one row a token");
+  if (!r.fits_streaming_minimum)
+    as.push_back("the budget is below what spool's streaming store needs to start (it would refuse): every weight "
+                 "counted as read");
   if (r.hit_rate_given)
     as.push_back(fmt("expert-cache hit rate %.3f as given (--hit-rate), for decode and prefill alike", r.hit_rate));
   else
@@ -296,9 +359,10 @@ std::string describe_cost(const CostModel& m, const PlanOptions& o, const CostRe
   out += "device: " + o.device.name + ": " + o.device.what + "\n";
   out += fmt("  RAM %.2f GiB, engine budget %.2f GiB, storage %.2f GB/s\n", o.device.ram_bytes / 1073741824.0,
              o.device.budget_bytes / 1073741824.0, o.device.read_bw / 1e9);
-  out += fmt("  resident: non-expert weights %s of %s (%.0f%%), KV + state %s, expert cache %s (%.1f%% of experts)\n",
+  out += fmt("  resident: non-expert weights %s of %s (%.0f%%), tensor slots %s, KV + state %s, expert cache %s "
+             "(%.1f%% of experts)\n",
              gb(r.dense_resident).c_str(), gb((double)r.tok_dense()).c_str(),
-             r.tok_dense() ? 100.0 * r.dense_resident / (double)r.tok_dense() : 100.0,
+             r.tok_dense() ? 100.0 * r.dense_resident / (double)r.tok_dense() : 100.0, gb(r.tensor_slots).c_str(),
              gb((double)r.kv_reserved).c_str(), gb(r.expert_cache).c_str(), 100 * r.cached_fraction);
   out += fmt("  read per token: streamed non-expert %s + experts %s x (1 - hit %.3f) = %s\n",
              gb(r.dense_streamed).c_str(), gb((double)r.tok_experts).c_str(), r.hit_rate, gb(r.read_per_token).c_str());

@@ -2,7 +2,8 @@
 // (attention, dense feed-forward, output, active routed experts), what stays
 // resident under a RAM budget, bytes read from storage per token at an
 // expert-cache hit rate, KV + recurrent-state bytes per token of context, and
-// decode tok/s and time to first token from the storage bound. Works from a
+// decode tok/s and time to first token from the storage bound (placement as
+// spool's streaming store makes it). Works from a
 // GGUF's tensor table and metadata, or from the Kimi K3 preset (the released
 // 2.8T shapes) without a file. Every assumption is returned in words.
 #pragma once
@@ -74,7 +75,8 @@ struct CostReport {
   // Context.
   uint64_t kv_per_token = 0, state_per_seq = 0, kv_reserved = 0;
   // On the device.
-  double budget = 0, dense_resident = 0, dense_streamed = 0, expert_cache = 0;
+  double budget = 0, dense_resident = 0, dense_streamed = 0, tensor_slots = 0, expert_cache = 0;
+  bool fits_streaming_minimum = true;  // false: spool's streaming store would refuse the budget
   double cached_fraction = 0, hit_rate = 0;
   bool hit_rate_given = false;
   double read_per_token = 0, decode_tok_s = 0;
