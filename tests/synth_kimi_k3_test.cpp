@@ -1,12 +1,14 @@
 // spool synth --arch kimi-k3: the tiny preset written by spool has exactly the
 // tensor table (names, shapes, types) and kimi-k3.* keys of the llama.cpp-made
 // fixture ../shared/fixtures/gguf/kimi-k3-tiny.f32.gguf; a written MXFP4 file
-// reads back with its planned shapes and types; the scaled plan keeps K3's
+// reads back with its planned shapes and types and runs through spool's
+// kimi-k3 loader; the scaled plan keeps K3's
 // per-layer shapes and KDA:MLA pattern and fits --target-size; the real preset
 // adds up to the published ~2.8T total / ~104B active parameters.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -16,7 +18,9 @@
 #include "format/gguf.h"
 #include "format/manifest.h"
 #include "model/synth.h"
+#include "model/model.h"
 #include "model/synth_kimi_k3.h"
+#include "test_util.h"
 
 using namespace spool;
 namespace fs = std::filesystem;
@@ -131,6 +135,27 @@ TEST(SynthKimiK3, WrittenMxfp4FileReadsBackAsPlanned) {
   EXPECT_EQ(by_name["blk.0.ssm_conv1d_q.weight"]->type, DType::F32);
   EXPECT_EQ(by_name["blk.3.attn_k_b.weight"]->type, DType::MXFP4);  // 3-D, as llama.cpp's MXFP4_MOE
   EXPECT_EQ(by_name["blk.1.ffn_gate_inp.weight"]->type, DType::F32);
+}
+
+// spool's own kimi-k3 loader runs the written file: finite, varied logits and greedy ids in range.
+TEST(SynthKimiK3, MiniFileLoadsAndRuns) {
+  ScratchDir dir;
+  const SynthResult r = synth_model(options("kimi-k3-mini", "MXFP4", dir.path + "/mini.gguf"));
+  LoadOptions lo;
+  lo.n_threads = 2;
+  auto model = load_model(r.path, lo);
+  EXPECT_EQ(model->config().arch, "kimi-k3");
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 10; ++i) ids.push_back((int32_t)((i * 131 + 7) % 512));
+  const std::vector<float> logits = test::all_logits(*model, ids);
+  ASSERT_EQ(logits.size(), 10u * 512);
+  float lo_v = logits[0], hi_v = logits[0];
+  for (float x : logits) {
+    ASSERT_TRUE(std::isfinite(x));
+    lo_v = std::min(lo_v, x), hi_v = std::max(hi_v, x);
+  }
+  EXPECT_GT(hi_v - lo_v, 1e-3f) << "logits are all the same";
+  for (int32_t t : test::greedy(*model, {1, 2, 3}, 4)) EXPECT_TRUE(t >= 0 && t < 512);
 }
 
 TEST(SynthKimiK3, ScaledPlanKeepsRealShapesAndFitsTheTarget) {
