@@ -20,6 +20,7 @@
 #include "format/gguf_writer.h"
 #include "model/synth_deepseek2.h"
 #include "model/synth_fill.h"
+#include "model/synth_kimi_k3.h"
 #include "model/synth_quant_mix.h"
 
 namespace spool {
@@ -264,15 +265,30 @@ SynthResult synth_model(const SynthOptions& o) {
     }
     return write_deepseek2(plan, o);
   }
-  if (o.dry_run) throw Error("synth: --dry-run is only implemented for the deepseek2 presets");
+  if (o.arch == "kimi-k3" || find_kimi_k3_preset(o.preset)) {
+    const KimiK3Plan plan = plan_kimi_k3(o);
+    if (!o.dry_run) return write_kimi_k3(plan, o);
+    SynthResult r;
+    r.arch = "kimi-k3";
+    r.type = o.type;
+    r.vocab_from = plan.vocab_from;
+    r.n_tensors = (int)plan.tensors.size();
+    r.n_vocab = plan.n_vocab;
+    r.bytes = plan.file_bytes;
+    r.plan = describe_kimi_k3_plan(plan);
+    r.written = false;
+    return r;
+  }
+  if (o.dry_run) throw Error("synth: --dry-run is only implemented for the deepseek2 and kimi-k3 presets");
   if (o.n_expert > 0 || o.target_size > 0)
-    throw Error("synth: --n-expert and --target-size apply to the deepseek2 presets only");
+    throw Error("synth: --n-expert and --target-size apply to the deepseek2 and kimi-k3 presets only");
   const auto t0 = std::chrono::steady_clock::now();
   const SynthShape* preset = find_synth_preset(o.preset);
   if (!preset) {
     std::string list;
     for (const auto& n : synth_preset_names()) list += (list.empty() ? "" : ", ") + n;
     for (const auto& n : deepseek2_preset_names()) list += ", " + n;
+    for (const auto& n : kimi_k3_preset_names()) list += ", " + n;
     throw Error("unknown preset '" + o.preset + "' (presets: " + list + ")");
   }
   const QuantRecipe* recipe = find_quant_recipe(o.type);

@@ -43,6 +43,7 @@ void add_perplexity_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_agents_command(CLI::App& app);
 void add_checksum_command(CLI::App& app);

@@ -1,7 +1,8 @@
 // `spool synth`: write a random-weight GGUF with a real model's shapes and a
 // real tokenizer, in any supported quant type, for benchmarks and tests.
 // DeepSeek-V3 / Kimi-K2 (deepseek2) presets print their plan first and can be
-// fitted to a file size (--target-size) or only planned (--dry-run).
+// fitted to a file size (--target-size) or only planned (--dry-run); so can
+// the Kimi K3 (kimi-k3) presets, whose experts default to MXFP4.
 // With --verify the file is loaded back and one forward pass must give
 // finite logits; for a mixture of experts, tokens decoded one at a time must
 // also spread over the experts (a router that always picks the same ones
@@ -19,6 +20,7 @@
 #include "model/arch_registry.h"
 #include "model/synth.h"
 #include "model/synth_deepseek2.h"
+#include "model/synth_kimi_k3.h"
 #include "model/tokenizer.h"
 #include "runtime/session.h"
 #include "weights/weight_store.h"
@@ -30,6 +32,7 @@ struct SynthCliOptions {
   SynthOptions synth;
   std::string target_size;
   bool verify = false;
+  bool type_given = false;
 };
 
 // Loads the file and checks that a short prompt gives finite logits.
@@ -88,7 +91,10 @@ void verify_routing(const std::string& path, int n_threads) {
 
 void synth(SynthCliOptions o) {
   if (!o.target_size.empty()) o.synth.target_size = parse_byte_size(o.target_size);
-  if (o.synth.dry_run || o.synth.arch == "deepseek2" || find_deepseek2_preset(o.synth.preset)) {
+  const bool kimi_k3 = o.synth.arch == "kimi-k3" || find_kimi_k3_preset(o.synth.preset);
+  if (kimi_k3 && !o.type_given) o.synth.type = "MXFP4";  // K3's own expert format
+  if (o.synth.dry_run || o.synth.arch == "deepseek2" || find_deepseek2_preset(o.synth.preset) ||
+      kimi_k3) {
     SynthOptions plan_only = o.synth;
     plan_only.dry_run = true;
     const SynthResult p = synth_model(plan_only);
@@ -114,38 +120,44 @@ void add_synth_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("synth", "Write a random-weight GGUF with a real model's shapes");
   std::string presets, types;
   for (const auto& p : synth_preset_names()) presets += (presets.empty() ? "" : ", ") + p;
-  cmd->add_option("--arch", o->synth.arch, "Architecture: llama, qwen2, qwen3, deepseek2 (default: the preset's)");
+  for (const auto& p : deepseek2_preset_names()) presets += ", " + p;
+  for (const auto& p : kimi_k3_preset_names()) presets += ", " + p;
+  cmd->add_option("--arch", o->synth.arch, "Architecture: llama, qwen2, qwen3, deepseek2, kimi-k3 (default: the preset's)");
   cmd->add_option("--preset", o->synth.preset, "Model shape: " + presets)->capture_default_str();
-  cmd->add_option("--type", o->synth.type,
+  CLI::Option* type_opt = cmd->add_option("--type", o->synth.type,
                   "Weight type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K MXFP4, "
                   "or llama.cpp's Q4_K_M mix. deepseek2: the routed experts' type; with Q4_K / Q4_K_M the other "
                   "matrices follow llama.cpp's Q4_K_M rules (output and every third ffn_down / ffn_down_shexp "
                   "Q6_K, attn_k_b Q5_0 as 128-wide rows cannot be Q4_K, the rest Q4_K); router, exp_probs_b and "
-                  "norms F32")
+                  "norms F32. kimi-k3: the routed experts' type (default MXFP4, K3's own format); MXFP4 gives the "
+                  "other matrices Q8_0 and attn_k_b / attn_v_b MXFP4 as llama.cpp's MXFP4_MOE does; conv weights, "
+                  "router and norms F32")
       ->capture_default_str();
-  for (const auto& p : deepseek2_preset_names()) presets += ", " + p;
   cmd->add_option("-o,--out", o->synth.out, "Output GGUF file (required unless --dry-run)");
   cmd->add_option("--vocab-from", o->synth.vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: ../shared/models/llama-2-tiny-random.gguf, "
-                  "or GPT-2's BPE vocab padded to size for the Qwen/Llama-3 presets; for deepseek2 the 512-token "
+                  "or GPT-2's BPE vocab padded to size for the Qwen/Llama-3 presets; for deepseek2 and kimi-k3 the 512-token "
                   "byte-level BPE of ../shared/fixtures/gguf/qwen2-tiny.f32.gguf, so token_embd/output stay small)");
   cmd->add_option("--seed", o->synth.seed, "Random seed")->capture_default_str();
   cmd->add_option("--layers,--n-layer", o->synth.n_layer, "Override the preset's layer count");
-  cmd->add_option("--n-expert", o->synth.n_expert, "deepseek2: routed experts per MoE layer (overrides the preset)");
+  cmd->add_option("--n-expert", o->synth.n_expert, "deepseek2, kimi-k3: routed experts per MoE layer (overrides the preset)");
   cmd->add_option("--target-size", o->target_size,
-                  "deepseek2: fit the counts to a file of at most this size (24G, 512M; powers of 1024). Layers stay "
+                  "deepseek2, kimi-k3: fit the counts to a file of at most this size (24G, 512M; powers of 1024). Layers stay "
                   "at --n-layer (default 8) and the routed-expert count is the largest (a multiple of the expert "
                   "groups, up to the real count) that fits; if the real count fits, layers grow instead. With "
                   "--n-expert, the layer count is fitted. Required by the *-scaled presets");
   cmd->add_option("--router-skew", o->synth.router_skew,
-                  "deepseek2: skewed expert popularity through the router bias, exp_probs_b = -S * ln(1 + rank) "
+                  "deepseek2, kimi-k3: skewed expert popularity through the router bias, exp_probs_b = -S * ln(1 + rank) "
                   "with a random popularity rank per layer; 0 = uniform (default 0.05)");
-  cmd->add_flag("--dry-run", o->synth.dry_run, "deepseek2: print the plan (shapes, sizes, bytes/token) and write nothing");
+  cmd->add_flag("--dry-run", o->synth.dry_run, "deepseek2, kimi-k3: print the plan (shapes, sizes, bytes/token) and write nothing");
   cmd->add_option("-t,--threads", o->synth.n_threads, "Threads for generating and quantizing (default: all cores)");
   cmd->add_flag("--verify", o->verify,
                 "Load the written file and check a forward pass gives finite logits (MoE: and that 32 decoded tokens "
                 "spread over the experts, printing how)");
-  cmd->callback([o] { synth(*o); });
+  cmd->callback([o, type_opt] {
+    o->type_given = type_opt->count() > 0;
+    synth(*o);
+  });
 }
 
 }  // namespace spool::cli

@@ -1,5 +1,5 @@
 // spool command-line entry point: subcommands run, tokenize, logits,
-// perplexity, bench, inspect, synth, serve, agents, convert. Errors from any layer arrive here as
+// perplexity, bench, inspect, synth, plan, serve, agents, convert, checksum. Errors from any layer arrive here as
 // spool::Error and become one line on stderr and exit code 1.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   spool::cli::add_bench_command(app);
   spool::cli::add_inspect_command(app);
   spool::cli::add_synth_command(app);
+  spool::cli::add_plan_command(app);
   spool::cli::add_serve_command(app);
   spool::cli::add_agents_command(app);
   spool::cli::add_checksum_command(app);
