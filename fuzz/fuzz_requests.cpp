@@ -78,7 +78,7 @@ int pipeline_spec(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   agents::PipelineSpec spec;
   try {
-    const nlohmann::json j = agents::parse_spec_text(text);
+    const agents::SpecJson j = agents::parse_spec_text(text);
     spec = agents::parse_pipeline_spec(j, agents::SpecContext{{"default", "small"}});
   } catch (const agents::SpecError&) {
     return 0;
@@ -89,7 +89,7 @@ int pipeline_spec(const uint8_t* data, size_t size) {
   vars.task = "the task";
   vars.input = "the input";
   vars.previous = "before";
-  vars.agent_output = [](const std::string& agent) { return "output of " + agent; };
+  vars.value = [](const agents::Placeholder& p) { return "output of " + p.agent + agents::path_text(p.path); };
   for (const agents::AgentSpec& a : spec.agents) {
     try {
       (void)agents::join_pieces(agents::render_template(a.prompt, vars));

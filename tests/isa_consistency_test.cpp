@@ -30,6 +30,14 @@ TEST_P(IsaConsistency, LogitsMatchScalarReference) {
   const std::string type = GetParam();
   const fs::path dir = fs::temp_directory_path() / ("spool-isa-test-" + std::to_string(getpid()));
   fs::create_directories(dir);
+  // Removed however the test ends: ~35 MB per weight type, left behind by every run it filled the disk.
+  struct RemoveDir {
+    fs::path dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_dir{dir};
   const std::string model = (dir / ("tiny-" + type + ".gguf")).string();
   ASSERT_EQ(sh(kBin + " synth --arch llama --preset tiny --type " + type + " --out " + model + " 2>/dev/null"), 0);
   // 40 ids: enough rows to go through the batched (tiled / packed) kernels.

@@ -110,9 +110,50 @@ TEST(JsonSchema, IntegerRanges) {
   EXPECT_FALSE(open_above.matches("-12"));
 }
 
+// Numbers between bounds with decimals, exclusive or not, negative or not:
+// every numeral of a grid matches exactly when its value is in range.
+TEST(JsonSchema, NumberRanges) {
+  struct Case { const char* schema; double lo, hi; bool lo_excl, hi_excl; };
+  const double inf = 1e300;
+  for (const Case& c : {Case{R"({"type": "number", "minimum": 0, "maximum": 1})", 0, 1, false, false},
+                        Case{R"({"type": "number", "minimum": 0.25, "maximum": 2.75})", 0.25, 2.75, false, false},
+                        Case{R"({"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 3})", 0.5, 3, true, true},
+                        Case{R"({"type": "number", "minimum": -2.5, "maximum": 1.05})", -2.5, 1.05, false, false},
+                        Case{R"({"type": "number", "minimum": -12.125, "exclusiveMaximum": -0.1})", -12.125, -0.1, false, true},
+                        Case{R"({"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 0})", -1, 0, true, true},
+                        Case{R"({"type": "number", "minimum": 1.5, "maximum": 1.75})", 1.5, 1.75, false, false},
+                        Case{R"({"type": "number", "exclusiveMinimum": 0})", 0, inf, true, false},
+                        Case{R"({"type": "number", "maximum": -3.5})", -inf, -3.5, false, false},
+                        Case{R"({"type": "number", "minimum": 0.001, "maximum": 0.01})", 0.001, 0.01, false, false}}) {
+    CompiledGrammar g = schema_grammar(c.schema);
+    for (int i = 0; i <= 15; ++i) {
+      for (const char* frac : {"", ".0", ".00", ".001", ".01", ".05", ".1", ".10", ".105", ".12", ".125", ".1251",
+                               ".2", ".25", ".249", ".5", ".50", ".75", ".751", ".9", ".99", ".0001"}) {
+        for (const char* sign : {"", "-"}) {
+          const std::string text = sign + std::to_string(i) + frac;
+          const double v = std::stod(text);
+          const bool in = (c.lo_excl ? v > c.lo : v >= c.lo) && (c.hi_excl ? v < c.hi : v <= c.hi);
+          const bool negative_zero = sign[0] == '-' && v == 0;
+          EXPECT_EQ(g.matches(text), in && !negative_zero) << c.schema << " " << text;
+        }
+      }
+    }
+    EXPECT_FALSE(g.matches("01.5"));
+    EXPECT_FALSE(g.matches("1."));
+    EXPECT_FALSE(g.matches("1e0"));
+  }
+  CompiledGrammar tiny = schema_grammar(R"({"type": "number", "exclusiveMinimum": 0, "maximum": 0.5})");
+  EXPECT_TRUE(tiny.matches("0.0000000000000001"));  // 16 decimal places
+  EXPECT_FALSE(tiny.matches("0.0000000000000000"));
+  EXPECT_FALSE(tiny.matches("0.5000000000000001"));
+  EXPECT_TRUE(tiny.matches("0.5000000000000000"));
+}
+
 TEST(JsonSchema, ErrorsNameKeywordAndPlace) {
-  EXPECT_NE(schema_error(R"({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}})")
-                .find("#/properties/a: 'minimum' is supported on integers, not on numbers"),
+  EXPECT_NE(schema_error(R"({"type": "object", "properties": {"a": {"type": "number", "minimum": 2.5, "maximum": 2.4}}})")
+                .find("#/properties/a: no number lies between the minimum and the maximum"),
+            std::string::npos);
+  EXPECT_NE(schema_error(R"({"type": "number", "minimum": 1e-20})").find("more than 16 decimal places"),
             std::string::npos);
   EXPECT_NE(schema_error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer lies between"),
             std::string::npos);

@@ -124,7 +124,7 @@ TEST(PromptTemplate, RendersPlaceholdersAndKeepsOtherBraces) {
   v.input = "I";
   v.previous = "P";
   v.round = 3;
-  v.agent_output = [](const std::string& n) { return n == "x" ? std::string("X!") : std::string(); };
+  v.value = [](const Placeholder& p) { return p.agent == "x" ? std::string("X!") : std::string(); };
   const std::vector<PromptPiece> p =
       render_template(R"({task}/{input}/{previous}/{round}/{agents.x.output} {"json": 1} {{task}} {} {a b})", v);
   EXPECT_EQ(join_pieces(p), R"(T/I/P/3/X! {"json": 1} {task} {} {a b})");
@@ -195,7 +195,7 @@ TEST(PipelineHints, KnownPrefixStopsAtTheFirstOutputNotFinalYet) {
   RunView before{&s, "", &plan, {}};
   EXPECT_EQ(known_prompt_prefix(before, *s.agent("e0"), 0, 1), "T|");            // plan's output not there yet
   EXPECT_EQ(known_prompt_prefix(before, *s.agent("e1"), 0, 1), "go\n\nTask: T");  // no placeholders: task follows
-  RunView after_plan{&s, "", &plan, {{"plan", "P"}}};
+  RunView after_plan{&s, "", &plan, {{"plan", AgentOutput{"P", nullptr, false}}}};
   EXPECT_EQ(known_prompt_prefix(after_plan, *s.agent("e0"), 1, 1), "T|P|e0 r1");  // everything known
   EXPECT_EQ(known_prompt_prefix(after_plan, *s.agent("join"), 1, 2), "T|P|");     // {previous} is the stage running
   // An agent that runs again before the item is not final.
@@ -214,8 +214,10 @@ TEST(SpecYaml, TheYamlChainExampleIsTheJsonOne) {
   std::stringstream ys, js;
   ys << y.rdbuf();
   js << j.rdbuf();
-  EXPECT_EQ(yaml_to_json(ys.str()), json::parse(js.str()));
-  EXPECT_EQ(parse_spec_text(js.str()), json::parse(js.str()));
+  // Equal keys in equal order (specs keep the order written).
+  EXPECT_EQ(yaml_to_json(ys.str()), SpecJson::parse(js.str()));
+  EXPECT_EQ(parse_spec_text(js.str()), SpecJson::parse(js.str()));
+  EXPECT_EQ(yaml_to_json(ys.str()).begin().key(), "task");
 }
 
 TEST(SpecYaml, ScalarsAndErrors) {

@@ -143,10 +143,12 @@ async function saveSpec() {
 
 // ---- the graph -------------------------------------------------------------
 
-// The spec's stages as [{agent}|{parallel: [names]}|{rounds: [items], max_rounds}] (the three spec shapes).
+// The spec's stages as [{agent}|{parallel: [names]}|{for_each, agent}|{rounds: [items], max_rounds}] (the three
+// spec shapes).
 export function stagesOf(spec) {
   const one = (s) => {
     if (typeof s === 'string') return { agent: s };
+    if (s?.for_each) return { for_each: String(s.for_each), agent: String(s.agent) };
     if (s?.agent) return { agent: s.agent };
     if (Array.isArray(s?.parallel)) return { parallel: s.parallel.map(String) };
     if (Array.isArray(s?.rounds)) return { rounds: s.rounds.map(one), max_rounds: s.max_rounds, until: s.until };
@@ -236,6 +238,7 @@ function drawGraph(items, nodes) {
       }
       const col = document.createElement('div');
       col.className = 'stage';
+      if (it.for_each) col.dataset.foreach = it.agent;  // its steps, agent[0], agent[1], ..., join this column
       for (const name of it.parallel ?? [it.agent]) {
         const node = { name, el: nodeElement(name), status: 'queued', output: '', tokens: 0, round: 1, attempts: 0 };
         nodes.set(name, node);
@@ -275,6 +278,15 @@ function paintNode(node) {
 
 function nodeFor(name) {
   let node = view.nodes.get(name);
+  const element = /^(.+)\[\d+\]$/.exec(name);  // a step of a for_each stage: into its column, for the placeholder
+  const forEach = element && [...$('run-graph').querySelectorAll('.stage[data-foreach]')].find((c) => c.dataset.foreach === element[1]);
+  if (!node && forEach) {
+    node = { name, el: nodeElement(name), status: 'queued', output: '', tokens: 0, round: 1, attempts: 0 };
+    const placeholder = view.nodes.get(element[1]);
+    if (placeholder) placeholder.el.hidden = true;
+    forEach.append(node.el);
+    view.nodes.set(name, node);
+  }
   if (!node) {  // an agent the drawn stages do not show (e.g. a spec we never saw): add a column
     node = { name, el: nodeElement(name), status: 'queued', output: '', tokens: 0, round: 1, attempts: 0 };
     const col = document.createElement('div');

@@ -45,7 +45,9 @@ std::string known_prompt_prefix(const RunView& run, const AgentSpec& a, size_t p
   v.round = (*run.plan)[item].round;
   std::vector<Placeholder> history;  // the placeholders behind the history pieces, in order
   for (const Placeholder& p : template_placeholders(a.prompt))
-    if (p.kind == Placeholder::Kind::Previous || p.kind == Placeholder::Kind::AgentOutput) history.push_back(p);
+    if (p.kind == Placeholder::Kind::Previous || p.kind == Placeholder::Kind::AgentOutput ||
+        p.kind == Placeholder::Kind::Item)
+      history.push_back(p);
   std::string text;
   size_t h = 0;
   for (const PromptPiece& piece : render_template(a.prompt, v)) {
@@ -53,7 +55,16 @@ std::string known_prompt_prefix(const RunView& run, const AgentSpec& a, size_t p
       const Placeholder& p = history[h++];
       const auto out = run.outputs.find(p.agent);
       if (p.kind != Placeholder::Kind::AgentOutput || pending.count(p.agent) || out == run.outputs.end()) break;
-      text += out->second;
+      if (p.path.empty()) {
+        text += out->second.text;
+        continue;
+      }
+      if (!out->second.structured) break;
+      try {
+        text += value_text(value_at(out->second.value, p.path, p.agent));
+      } catch (const PathError&) {
+        break;  // the step will fail when it renders this
+      }
       continue;
     }
     text += piece.text;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "agents/agent_output.h"
 #include "agents/pipeline_runner.h"
 
 namespace spool::agents {
@@ -29,12 +30,12 @@ struct RunView {
   const PipelineSpec* spec;
   std::string input;
   const std::vector<PlanItem>* plan;
-  std::map<std::string, std::string> outputs;  // latest output per agent so far
+  std::map<std::string, AgentOutput> outputs;  // latest output per agent so far
 };
 
 // The start of the prompt that plan item `item`'s agent `a` will get, known
 // before item `pos` runs: its template rendered up to the first output that is
-// not final yet ({previous}, or an agent that has not run or runs in [pos, item)).
+// not final yet ({previous}, {item}, or an agent that has not run or runs in [pos, item)).
 std::string known_prompt_prefix(const RunView& run, const AgentSpec& a, size_t pos, size_t item);
 
 // How far ahead a run hints (stages); farther stages would only compete with nearer uses.

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <random>
+#include <set>
 
 #include "agents/kv_hints.h"
 #include "agents/run_state.h"
@@ -73,7 +74,7 @@ void PipelineRunner::shutdown() {
   }
 }
 
-PipelineSpec PipelineRunner::validate(const json& spec) const { return parse_pipeline_spec(spec, models_); }
+PipelineSpec PipelineRunner::validate(const SpecJson& spec) const { return parse_pipeline_spec(spec, models_); }
 
 std::shared_ptr<PipelineRunner::Run> PipelineRunner::make_run(const RunRecord& rec) {
   auto run = std::make_shared<Run>();
@@ -116,8 +117,8 @@ void PipelineRunner::start() {
   cv_.notify_all();
 }
 
-std::string PipelineRunner::submit(const json& spec_json, const std::string& input) {
-  json spec = spec_json;
+std::string PipelineRunner::submit(const SpecJson& spec_json, const std::string& input) {
+  SpecJson spec = spec_json;
   spec.erase("input");
   auto run = std::make_shared<Run>();
   run->spec = parse_pipeline_spec(spec, models_);  // throws SpecError before anything is stored
@@ -285,12 +286,24 @@ std::optional<json> PipelineRunner::run_json(const std::string& id) {
   j["spec"] = rec->spec;  // as submitted (lets a client draw the stages of a run it did not start)
   json agents = json::array();
   const std::vector<StepRecord> steps = store_.steps(id);
-  for (const StepRecord& s : steps) agents.push_back(step_json(s));
+  // Agents with an output_schema: their outputs are given parsed too ("output_json").
+  std::set<std::string> structured;
+  if (rec->spec.is_object() && rec->spec.contains("agents") && rec->spec["agents"].is_array())
+    for (const auto& a : rec->spec["agents"])
+      if (a.is_object() && a.contains("output_schema") && a["name"].is_string()) structured.insert(a["name"].get<std::string>());
+  for (const StepRecord& s : steps) {
+    json sj = step_json(s);
+    if (s.status == "done" && structured.count(step_agent(s.agent))) {
+      json parsed = json::parse(s.output, nullptr, false);
+      if (!parsed.is_discarded()) sj["output_json"] = std::move(parsed);
+    }
+    agents.push_back(std::move(sj));
+  }
   // Agents that have not started yet (first round), so a client sees the whole pipeline.
   if (const std::shared_ptr<Run> run = find(id)) {
     for (const Stage& stage : run->spec.stages)
       for (const std::string& name : stage_agents(stage)) {
-        const bool started = std::any_of(steps.begin(), steps.end(), [&](const StepRecord& s) { return s.agent == name; });
+        const bool started = std::any_of(steps.begin(), steps.end(), [&](const StepRecord& s) { return step_agent(s.agent) == name; });
         if (!started) agents.push_back({{"name", name}, {"round", 1}, {"status", terminal(rec->status) ? "skipped" : "pending"},
                                         {"output", nullptr}, {"attempts", 0}, {"tokens", 0}});
       }

@@ -30,17 +30,19 @@
 #include <vector>
 
 #include "agents/pipeline_spec.h"
+#include "grammar/grammar_cache.h"
 #include "agents/run_store.h"
 #include "model/chat_template.h"
 #include "runtime/engine.h"
 
 namespace spool::agents {
 
-// A model an agent may use: its engine and chat template (null: plain text
-// prompts, system prompt first).
+// A model an agent may use: its engine, chat template (null: plain text
+// prompts, system prompt first) and grammar cache.
 struct AgentModel {
   Engine* engine = nullptr;
   const ChatTemplate* chat_template = nullptr;
+  grammar::GrammarCache* grammars = nullptr;  // compiled output_schema grammars for this model (null: none)
 };
 using ModelResolver = std::function<AgentModel(const std::string& alias)>;
 
@@ -77,9 +79,9 @@ class PipelineRunner {
   void shutdown();
 
   // Validates (throws SpecError), stores and queues a run; returns its id.
-  std::string submit(const nlohmann::json& spec, const std::string& input);
+  std::string submit(const SpecJson& spec, const std::string& input);
   // Validates a spec without running it (throws SpecError).
-  PipelineSpec validate(const nlohmann::json& spec) const;
+  PipelineSpec validate(const SpecJson& spec) const;
 
   // false: unknown run. A queued run ends at once; a running one as soon as
   // its engine requests are cancelled (their KV blocks are freed then).
@@ -95,8 +97,8 @@ class PipelineRunner {
   std::string wait(const std::string& id, std::chrono::milliseconds timeout);
 
   // Saved specs (PUT/GET /v1/pipeline-specs).
-  void save_spec(const std::string& name, const nlohmann::json& spec) { store_.put_spec(name, spec); }
-  std::optional<nlohmann::json> store_spec(const std::string& name) { return store_.get_spec(name); }
+  void save_spec(const std::string& name, const SpecJson& spec) { store_.put_spec(name, spec); }
+  std::optional<SpecJson> store_spec(const std::string& name) { return store_.get_spec(name); }
   std::vector<std::string> spec_names() { return store_.spec_names(); }
 
   RunnerStats stats();

@@ -4,11 +4,14 @@
 #include <map>
 #include <set>
 
+#include "agents/agent_output.h"
 #include "agents/prompt_template.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 
 namespace spool::agents {
 
-using nlohmann::json;
+using json = SpecJson;
 
 namespace {
 
@@ -132,7 +135,7 @@ AgentSpec parse_agent(const json& j, const std::string& where, const Defaults& d
   if (!j.is_object()) mistyped(where, "an object", j);
   Fields f(j, where);
   f.only({"name", "model", "role", "system", "prompt", "temperature", "top_p", "max_tokens", "stop", "retries",
-          "timeout", "seed"});
+          "timeout", "seed", "output_schema", "compact_json"});
   AgentSpec a;
   a.name = f.str("name", "", true);
   check_agent_name(a.name, f.path("name"));
@@ -158,6 +161,16 @@ AgentSpec parse_agent(const json& j, const std::string& where, const Defaults& d
       mistyped(f.path("seed"), "a non-negative integer", *seed);
     a.seed = seed->get<uint64_t>();
   }
+  a.compact_json = f.boolean("compact_json", false);
+  if (const json* schema = f.find("output_schema")) {
+    if (!schema->is_object()) mistyped(f.path("output_schema"), "an object (a JSON Schema)", *schema);
+    a.output_schema = nlohmann::ordered_json(*schema);
+    try {  // the grammar the output is constrained by; its compilation names what is wrong
+      grammar::parse_gbnf(grammar::json_schema_to_gbnf(a.output_schema));
+    } catch (const grammar::GrammarError& e) {
+      throw SpecError(f.path("output_schema"), e.what());
+    }
+  }
   return a;
 }
 
@@ -169,8 +182,24 @@ Stage parse_stage(const json& j, const std::string& where, bool in_rounds) {
   }
   if (!j.is_object()) mistyped(where, "an agent name or an object", j);
   Fields f(j, where);
+  if (f.has("for_each")) {
+    f.only({"for_each", "agent", "max_items"});
+    s.kind = Stage::Kind::ForEach;
+    s.agents = {f.str("agent", "", true)};
+    const std::string src = f.str("for_each", "");
+    try {
+      s.source = parse_placeholder(src);
+    } catch (const std::invalid_argument& e) {
+      throw SpecError(f.path("for_each"), e.what());
+    }
+    if (s.source.kind != Placeholder::Kind::AgentOutput)
+      throw SpecError(f.path("for_each"), "must name an earlier agent's structured output, like "
+                                          "\"agents.planner.output.steps\", got '" + src + "'");
+    s.max_items = f.integer("max_items", 16, 1, 256);
+    return s;
+  }
   const int kinds = f.has("agent") + f.has("parallel") + f.has("rounds");
-  if (kinds != 1) throw SpecError(where, "a stage has exactly one of 'agent', 'parallel' or 'rounds'");
+  if (kinds != 1) throw SpecError(where, "a stage has exactly one of 'agent', 'parallel', 'rounds' or 'for_each'");
   if (f.has("agent")) {
     f.only({"agent"});
     s.agents = {f.str("agent", "")};
@@ -198,6 +227,7 @@ Stage parse_stage(const json& j, const std::string& where, bool in_rounds) {
 // the path of the stage that names it (for errors).
 struct Order {
   std::map<std::string, int> pos;
+  std::map<std::string, std::pair<const Stage*, std::string>> for_each;  // agent -> its for_each stage and path
   int next = 0;
   void add(const Stage& s, const std::string& where, const PipelineSpec& spec) {
     if (s.kind == Stage::Kind::Rounds) {
@@ -211,9 +241,77 @@ struct Order {
       if (!spec.agent(name)) throw SpecError(field, "no agent named '" + name + "'");
       if (!pos.emplace(name, p).second)
         throw SpecError(field, "agent '" + name + "' appears in more than one stage (a cycle); each agent runs in one stage");
+      if (s.kind == Stage::Kind::ForEach) for_each[name] = {&s, where};
     }
   }
 };
+
+using ojson = nlohmann::ordered_json;
+
+// What an agent's output looks like to later templates: its output_schema;
+// for an agent of a for_each stage, an array of its outputs (strings without
+// a schema); null for free text.
+ojson output_shape(const AgentSpec& a, const Order& order) {
+  if (!order.for_each.count(a.name)) return a.output_schema;
+  return ojson{{"type", "array"}, {"items", a.output_schema.is_null() ? ojson{{"type", "string"}} : a.output_schema}};
+}
+
+// Checks a structured-output placeholder against the agent's output shape.
+void check_output_path(const PipelineSpec& spec, const Order& order, const Placeholder& p, const std::string& field) {
+  const AgentSpec* src = spec.agent(p.agent);
+  const ojson shape = output_shape(*src, order);
+  if (p.path.empty()) return;
+  if (shape.is_null())
+    throw SpecError(field, "{" + p.text + "}: agent '" + p.agent +
+                               "' has no output_schema, so its output is text without fields");
+  try {
+    schema_at(shape, p.path, "agents." + p.agent + ".output");
+  } catch (const PathError& e) {
+    throw SpecError(field, "{" + p.text + "}: " + e.what());
+  }
+}
+
+// A for_each stage's source: an earlier agent's output, at a path the schema says is an array.
+void check_for_each(const PipelineSpec& spec, const Order& order, const Stage& s, const std::string& where) {
+  const std::string field = where + ".for_each";
+  const Placeholder& p = s.source;
+  if (!spec.agent(p.agent)) throw SpecError(field, "names an unknown agent '" + p.agent + "'");
+  if (order.pos.at(p.agent) >= order.pos.at(s.agents[0]))
+    throw SpecError(field, "names agent '" + p.agent + "', which does not run before '" + s.agents[0] + "'");
+  const ojson shape = output_shape(*spec.agent(p.agent), order);
+  if (shape.is_null())
+    throw SpecError(field, "agent '" + p.agent + "' has no output_schema; a for_each stage takes an array from a "
+                           "structured output");
+  const std::string what = "agents." + p.agent + ".output" + path_text(p.path);
+  const ojson* sub = nullptr;
+  try {
+    sub = schema_at(shape, p.path, "agents." + p.agent + ".output");
+  } catch (const PathError& e) {
+    throw SpecError(field, e.what());
+  }
+  if (!sub || !schema_is_array(shape, *sub))
+    throw SpecError(field, what + " is not an array in the output_schema of agent '" + p.agent + "'" +
+                               (sub ? " (its schema: " + sub->dump() + ")" : " (the schema does not say)"));
+}
+
+// {item...} in a for_each agent's prompt: checked against the array's item schema.
+void check_item_path(const PipelineSpec& spec, const Order& order, const std::string& agent, const Placeholder& p,
+                     const std::string& field) {
+  const auto fe = order.for_each.find(agent);
+  if (fe == order.for_each.end())
+    throw SpecError(field, "{" + p.text + "} is only for an agent of a for_each stage, and '" + agent + "' is not one");
+  if (p.path.empty()) return;  // the element itself: the for_each source is checked on its own
+  const Placeholder& src = fe->second.first->source;
+  const ojson shape = output_shape(*spec.agent(src.agent), order);
+  std::vector<PathStep> path = src.path;
+  path.push_back({"", 0});  // an element
+  path.insert(path.end(), p.path.begin(), p.path.end());
+  try {
+    schema_at(shape, path, "agents." + src.agent + ".output");
+  } catch (const PathError& e) {
+    throw SpecError(field, "{" + p.text + "}: " + e.what());
+  }
+}
 
 std::vector<AgentSpec> config_shape_agents(const json& list, const Defaults& d, std::vector<Stage>& stages) {
   std::vector<AgentSpec> agents;
@@ -261,6 +359,13 @@ const AgentSpec* PipelineSpec::agent(const std::string& name) const {
   for (const AgentSpec& a : agents)
     if (a.name == name) return &a;
   return nullptr;
+}
+
+std::string item_step_name(const std::string& agent, size_t i) { return agent + "[" + std::to_string(i) + "]"; }
+
+std::string step_agent(const std::string& step_name) {
+  const size_t b = step_name.find('[');
+  return b == std::string::npos ? step_name : step_name.substr(0, b);
 }
 
 std::vector<std::string> stage_agents(const Stage& s) {
@@ -370,13 +475,23 @@ PipelineSpec parse_pipeline_spec(const json& j, const SpecContext& ctx) {
     } catch (const std::invalid_argument& e) {
       throw SpecError(where + ".prompt", e.what());
     }
+    bool uses_item = false;
     for (const Placeholder& p : ph) {
+      if (p.kind == Placeholder::Kind::Item) {
+        check_item_path(spec, order, a.name, p, where + ".prompt");
+        uses_item = true;
+      }
       if (p.kind != Placeholder::Kind::AgentOutput) continue;
       if (!spec.agent(p.agent)) throw SpecError(where + ".prompt", "names an unknown agent '" + p.agent + "'");
       if (order.pos.at(p.agent) >= order.pos.at(a.name))
         throw SpecError(where + ".prompt", "names agent '" + p.agent + "', which does not run before '" + a.name + "'");
+      check_output_path(spec, order, p, where + ".prompt");
     }
+    if (order.for_each.count(a.name) && !ph.empty() && !uses_item)
+      throw SpecError(where + ".prompt", "agent '" + a.name + "' runs once per element of a for_each stage; its "
+                                         "prompt must use {item} (or no placeholder at all: the element is appended)");
   }
+  for (const auto& [name, stage] : order.for_each) check_for_each(spec, order, *stage.first, stage.second);
   return spec;
 }
 

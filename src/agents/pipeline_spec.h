@@ -22,7 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "agents/prompt_template.h"
+
 namespace spool::agents {
+
+// Specs keep their keys in the order written (an output_schema's members are
+// generated in that order), from the request body through the store.
+using SpecJson = nlohmann::ordered_json;
 
 struct SpecError : std::runtime_error {
   SpecError(std::string field, const std::string& message)
@@ -39,7 +45,9 @@ struct AgentSpec {
   std::string model;            // alias; resolved to the spec's default when not given
   std::string role;             // built-in role (planner, executor, summarizer, critic) or ""
   std::string system;           // system prompt ("" none)
-  std::string prompt;           // template: {task} {input} {previous} {agents.NAME.output} {round}
+  std::string prompt;           // template: {task} {input} {previous} {agents.NAME.output[.path]} {round} {item[.path]}
+  nlohmann::ordered_json output_schema;  // JSON Schema the output is constrained to (null: free text)
+  bool compact_json = false;    // with output_schema: no whitespace between JSON tokens
   float temperature = 0.7f;
   float top_p = 1.0f;
   int max_tokens = 256;
@@ -50,12 +58,14 @@ struct AgentSpec {
 };
 
 struct Stage {
-  enum class Kind { Agent, Parallel, Rounds };
+  enum class Kind { Agent, Parallel, Rounds, ForEach };
   Kind kind = Kind::Agent;
-  std::vector<std::string> agents;  // Agent: one name; Parallel: several
-  std::vector<Stage> body;          // Rounds: Agent and Parallel stages
+  std::vector<std::string> agents;  // Agent, ForEach: one name; Parallel: several
+  std::vector<Stage> body;          // Rounds: Agent, Parallel and ForEach stages
   std::string until;                // Rounds: stop once an output of the round contains this ("" never)
   int max_rounds = 1;               // Rounds: at most this many
+  Placeholder source;               // ForEach: the array (an earlier agent's structured output, with a path)
+  int max_items = 16;               // ForEach: more elements than this fail the step
 };
 
 struct PipelineSpec {
@@ -76,10 +86,15 @@ struct SpecContext {
 };
 
 // Parses and validates any of the three shapes. Throws SpecError.
-PipelineSpec parse_pipeline_spec(const nlohmann::json& j, const SpecContext& ctx);
+PipelineSpec parse_pipeline_spec(const SpecJson& j, const SpecContext& ctx);
 
 // The agents of a stage in execution order, flattened (Rounds: its body's).
 std::vector<std::string> stage_agents(const Stage& s);
+
+// The name a for_each stage gives the step of element i: "executor[2]".
+std::string item_step_name(const std::string& agent, size_t i);
+// The agent a step name belongs to ("executor[2]" -> "executor").
+std::string step_agent(const std::string& step_name);
 
 // Built-in role system prompts (planner, executor, summarizer, critic); "" for others.
 std::string role_system_prompt(const std::string& role);

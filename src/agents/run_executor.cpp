@@ -63,6 +63,7 @@ std::string fmt_seconds(double s) {
 struct RunExecutor::StepResult {
   bool ok = false;
   bool retryable = true;
+  FinishReason reason = FinishReason::None;
   std::string output, error;
   int prompt_tokens = 0, cached_tokens = 0, tokens = 0;
 };
@@ -126,7 +127,7 @@ void RunExecutor::execute() {
       for (const Stage& b : s.body) {
         run_stage(b, round);
         if (!s.until.empty())
-          for (const std::string& name : b.agents) marker = marker || outputs_[name].find(s.until) != std::string::npos;
+          for (const std::string& name : b.agents) marker = marker || outputs_[name].text.find(s.until) != std::string::npos;
       }
       if (marker) {
         log("[run:" + run_->id + "] ROUNDS stop marker '" + s.until + "' seen in round " + std::to_string(round));
@@ -140,17 +141,32 @@ void RunExecutor::run_stage(const Stage& s, int round) {
   check_stop();
   while (pos_ < plan_.size() && !(plan_[pos_].stage == &s && plan_[pos_].round == round)) ++pos_;
   if (runner_.options_.kv_hints) update_hints(pos_);
+  struct Job {
+    const AgentSpec* agent;
+    std::string step;
+    const nlohmann::ordered_json* item;
+  };
+  std::vector<Job> jobs;
+  const bool for_each = s.kind == Stage::Kind::ForEach;
+  const nlohmann::ordered_json items = for_each ? for_each_items(s, round) : nlohmann::ordered_json();
+  if (for_each) {
+    for (size_t i = 0; i < items.size(); ++i)
+      jobs.push_back({run_->spec.agent(s.agents[0]), item_step_name(s.agents[0], i), &items[i]});
+  } else {
+    for (const std::string& name : s.agents) jobs.push_back({run_->spec.agent(name), name, nullptr});
+  }
   const int ord0 = next_ord_;
-  next_ord_ += (int)s.agents.size();
-  std::vector<std::string> outs(s.agents.size());
-  if (s.kind == Stage::Kind::Parallel && run_->spec.enable_batch && s.agents.size() > 1) {
+  next_ord_ += (int)jobs.size();
+  std::vector<AgentOutput> outs(jobs.size());
+  const auto run_job = [&](size_t i) { outs[i] = run_agent(*jobs[i].agent, round, ord0 + (int)i, jobs[i].step, jobs[i].item); };
+  if (s.kind != Stage::Kind::Agent && run_->spec.enable_batch && jobs.size() > 1) {
     // Submitted together: the scheduler decodes them in one batch.
     std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(s.agents.size());
-    for (size_t i = 0; i < s.agents.size(); ++i) {
+    std::vector<std::exception_ptr> errors(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) {
       threads.emplace_back([&, i] {
         try {
-          outs[i] = run_agent(*run_->spec.agent(s.agents[i]), round, ord0 + (int)i);
+          run_job(i);
         } catch (...) {
           errors[i] = std::current_exception();
           run_->cancel_requests();  // the stage has failed: stop the siblings (their errors are secondary)
@@ -161,65 +177,132 @@ void RunExecutor::run_stage(const Stage& s, int round) {
     for (const std::exception_ptr& e : errors)
       if (e) std::rethrow_exception(e);
   } else {
-    for (size_t i = 0; i < s.agents.size(); ++i) outs[i] = run_agent(*run_->spec.agent(s.agents[i]), round, ord0 + (int)i);
+    for (size_t i = 0; i < jobs.size(); ++i) run_job(i);
   }
-  if (s.agents.size() == 1) {
-    previous_ = outs[0];
-  } else {
-    previous_.clear();
-    for (size_t i = 0; i < s.agents.size(); ++i)
-      previous_ += (i ? "\n\n" : "") + std::string("[") + s.agents[i] + "]\n" + outs[i];
+  if (jobs.size() == 1 && !for_each) {
+    previous_ = outs[0].text;
+    return;
+  }
+  previous_.clear();
+  for (size_t i = 0; i < jobs.size(); ++i) previous_ += (i ? "\n\n" : "") + std::string("[") + jobs[i].step + "]\n" + outs[i].text;
+  if (for_each) {
+    // Later templates see the elements' outputs as one array: {agents.NAME.output[i]...}.
+    AgentOutput all{previous_, nlohmann::ordered_json::array(), true};
+    for (const AgentOutput& o : outs) all.value.push_back(o.structured ? o.value : nlohmann::ordered_json(o.text));
+    std::lock_guard<std::mutex> lock(mu_);
+    outputs_[s.agents[0]] = std::move(all);
   }
 }
 
-std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
-  const auto key = std::make_pair(a.name, round);
-  if (const auto it = done_.find(key); it != done_.end()) {  // finished before a restart: not run again
+nlohmann::ordered_json RunExecutor::for_each_items(const Stage& s, int round) {
+  const Placeholder& src = s.source;
+  const std::string what = "agents." + src.agent + ".output" + path_text(src.path);
+  const std::string fail = "for_each stage of agent '" + s.agents[0] + "': ";
+  nlohmann::ordered_json items;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    outputs_[a.name] = it->second.output;
-    return it->second.output;
+    const auto it = outputs_.find(src.agent);
+    if (it == outputs_.end() || !it->second.structured)
+      throw RunFailed{fail + "agent '" + src.agent + "' has no structured output"};
+    try {
+      items = value_at(it->second.value, src.path, "agents." + src.agent + ".output");
+    } catch (const PathError& e) {
+      throw RunFailed{fail + e.what()};
+    }
+  }
+  if (!items.is_array()) throw RunFailed{fail + what + " is not an array: " + items.dump().substr(0, 200)};
+  if ((int)items.size() > s.max_items)
+    throw RunFailed{fail + what + " has " + std::to_string(items.size()) + " elements, more than max_items " +
+                    std::to_string(s.max_items)};
+  log("[agent:" + s.agents[0] + "] FOR_EACH " + std::to_string(items.size()) + " element" +
+      (items.size() == 1 ? "" : "s") + " of " + what + " round=" + std::to_string(round) + " run=" + run_->id);
+  return items;
+}
+
+AgentOutput RunExecutor::make_output(const AgentSpec& a, const std::string& text) {
+  AgentOutput out{text, nullptr, false};
+  if (a.output_schema.is_null()) return out;
+  out.value = nlohmann::ordered_json::parse(text);
+  out.structured = true;
+  return out;
+}
+
+RunExecutor::StepResult RunExecutor::attempt(const AgentSpec& a, const AgentModel& m, int round, const std::string& step,
+                                             const nlohmann::ordered_json* item) {
+  StepResult r;
+  int max_tokens = a.max_tokens;
+  RequestParams p;
+  try {
+    p.prompt = build_prompt(a, round, m, max_tokens, item);
+    if (!a.output_schema.is_null()) {
+      if (!m.grammars) throw RunFailed{"model '" + a.model + "' has no grammar support for an output_schema"};
+      try {
+        p.grammar = m.grammars->json_schema(a.output_schema, a.compact_json);
+      } catch (const std::exception& e) {
+        throw RunFailed{std::string("output_schema: ") + e.what()};
+      }
+    }
+  } catch (const RunFailed& e) {  // the context policy said fail, or a path is missing: retrying cannot help
+    r.error = e.reason;
+    r.retryable = false;
+    return r;
+  }
+  p.max_tokens = max_tokens;
+  p.sampling.temperature = a.temperature;
+  p.sampling.top_p = a.top_p;
+  p.sampling.top_k = 0;
+  p.sampling.min_p = 0;
+  if (a.seed) p.sampling.seed = a.seed;
+  p.stop = a.stop;
+  r = generate(a, m, std::move(p), step, round);
+  if (r.ok && !a.output_schema.is_null()) {
+    if (r.reason == FinishReason::Length) {
+      r.ok = false;
+      r.error = "the output reached max_tokens (" + std::to_string(max_tokens) +
+                ") before its JSON was complete; raise the agent's max_tokens";
+    } else {
+      try {
+        (void)make_output(a, r.output);
+      } catch (const std::exception& e) {
+        r.ok = false;
+        r.error = std::string("the output is not valid JSON (a stop string may have cut it): ") + e.what();
+      }
+    }
+  }
+  return r;
+}
+
+AgentOutput RunExecutor::run_agent(const AgentSpec& a, int round, int ord, const std::string& step,
+                                   const nlohmann::ordered_json* item) {
+  const auto key = std::make_pair(step, round);
+  if (const auto it = done_.find(key); it != done_.end()) {  // finished before a restart: not run again
+    AgentOutput out = make_output(a, it->second.output);      // parsed again from the stored text
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!item) outputs_[a.name] = out;
+    return out;
   }
   const AgentModel m = runner_.resolve_(a.model);
   if (!m.engine) throw RunFailed{"agent '" + a.name + "': model '" + a.model + "' is not loaded"};
-  const std::string tag = "[agent:" + a.name + "]";
+  const std::string tag = "[agent:" + step + "]";
   const std::string where = " round=" + std::to_string(round) + " run=" + run_->id;
   StepRecord st;
-  st.agent = a.name;
+  st.agent = step;
   st.round = round;
   st.ord = ord;
   st.started_at = unix_now();
   const auto t0 = Clock::now();
   const int fail_first = injected_failures(a.name);
-  std::vector<int32_t> used_prompt;
   for (int attempt_no = 1;; ++attempt_no) {
     check_stop();
     st.attempts = attempt_no;
     st.status = "running";
-    record(&st, {{"type", "start"}, {"agent", a.name}, {"round", round}, {"attempt", attempt_no}},
+    record(&st, {{"type", "start"}, {"agent", step}, {"round", round}, {"attempt", attempt_no}},
            {tag + " START attempt=" + std::to_string(attempt_no) + where});
     StepResult r;
-    if (attempt_no <= fail_first) {
-      r.error = "injected failure (SPOOL_FAILPOINTS)";
-    } else {
-      int max_tokens = a.max_tokens;
-      try {
-        used_prompt = build_prompt(a, round, m, max_tokens);
-        RequestParams p;
-        p.prompt = used_prompt;
-        p.max_tokens = max_tokens;
-        p.sampling.temperature = a.temperature;
-        p.sampling.top_p = a.top_p;
-        p.sampling.top_k = 0;
-        p.sampling.min_p = 0;
-        if (a.seed) p.sampling.seed = a.seed;
-        p.stop = a.stop;
-        r = generate(a, m, std::move(p), true, round);
-      } catch (const RunFailed& e) {  // the context policy said fail: retrying cannot help
-        r.error = e.reason;
-        r.retryable = false;
-      }
-    }
+    if (attempt_no <= fail_first) r.error = "injected failure (SPOOL_FAILPOINTS)";
+    else r = attempt(a, m, round, step, item);
     if (r.ok) {
+      AgentOutput out = make_output(a, r.output);
       st.status = "done";
       st.output = r.output;
       st.prompt_tokens = r.prompt_tokens;
@@ -227,36 +310,37 @@ std::string RunExecutor::run_agent(const AgentSpec& a, int round, int ord) {
       st.tokens = r.tokens;
       st.error.clear();
       st.finished_at = unix_now();
-      {
+      if (!item) {
         std::lock_guard<std::mutex> lock(mu_);
-        outputs_[a.name] = r.output;
+        outputs_[a.name] = out;
       }
       ++runner_.steps_done_;
-      record(&st,
-             {{"type", "output"}, {"agent", a.name}, {"round", round}, {"output", r.output}, {"tokens", r.tokens},
-              {"prompt_tokens", r.prompt_tokens}, {"cached_tokens", r.cached_tokens}},
+      json ev{{"type", "output"}, {"agent", step}, {"round", round}, {"output", r.output}, {"tokens", r.tokens},
+              {"prompt_tokens", r.prompt_tokens}, {"cached_tokens", r.cached_tokens}};
+      if (out.structured) ev["output_json"] = json(out.value);
+      record(&st, ev,
              {tag + " OUTPUT tokens=" + std::to_string(r.tokens) + where + ": " + one_line(r.output, 120),
               tag + " DONE wall=" + fmt_seconds(std::chrono::duration<double>(Clock::now() - t0).count()) +
                   " tokens=" + std::to_string(r.tokens) + " prompt_tokens=" + std::to_string(r.prompt_tokens) +
                   " cached_tokens=" + std::to_string(r.cached_tokens) + where});
-      return r.output;
+      return out;
     }
     check_stop();  // a cancelled request is not a failure
     st.error = r.error;
     if (r.retryable && attempt_no <= a.retries) {
       ++runner_.retries_;
       st.status = "retrying";
-      record(&st, {{"type", "retry"}, {"agent", a.name}, {"round", round}, {"attempt", attempt_no}, {"error", r.error}},
+      record(&st, {{"type", "retry"}, {"agent", step}, {"round", round}, {"attempt", attempt_no}, {"error", r.error}},
              {tag + " RETRY " + std::to_string(attempt_no) + "/" + std::to_string(a.retries) + where + ": " + r.error});
       continue;
     }
     st.status = "failed";
     st.finished_at = unix_now();
     ++runner_.steps_failed_;
-    record(&st, {{"type", "failed"}, {"agent", a.name}, {"round", round}, {"attempts", attempt_no}, {"error", r.error}},
+    record(&st, {{"type", "failed"}, {"agent", step}, {"round", round}, {"attempts", attempt_no}, {"error", r.error}},
            {tag + " FAILED after " + std::to_string(attempt_no) + " attempt" + (attempt_no > 1 ? "s" : "") + where +
             ": " + r.error});
-    throw RunFailed{"agent '" + a.name + "' (round " + std::to_string(round) + ") failed after " +
+    throw RunFailed{"agent '" + step + "' (round " + std::to_string(round) + ") failed after " +
                     std::to_string(attempt_no) + " attempt" + (attempt_no > 1 ? "s" : "") + ": " + r.error};
   }
 }
@@ -280,23 +364,37 @@ void RunExecutor::update_hints(size_t pos) {
 // context, applies the spec's policy to the history pieces ({previous},
 // {agents.X.output}): summarize them (the model writes a summary), truncate
 // their oldest text, or fail.
-std::vector<int32_t> RunExecutor::build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens) {
+std::vector<int32_t> RunExecutor::build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens,
+                                               const nlohmann::ordered_json* item) {
   const PipelineSpec& spec = run_->spec;
   TemplateVars v;
   v.task = spec.task.empty() ? run_->input : spec.task;
   v.input = run_->input.empty() ? v.task : run_->input;
   v.previous = previous_;
   v.round = round;
-  v.agent_output = [this](const std::string& name) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto it = outputs_.find(name);
-    return it == outputs_.end() ? std::string() : it->second;
+  v.value = [this, item](const Placeholder& p) -> std::string {
+    try {
+      if (p.kind == Placeholder::Kind::Item)
+        return item ? value_text(value_at(*item, p.path, "item")) : std::string();
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto it = outputs_.find(p.agent);
+      if (it == outputs_.end()) return std::string();
+      if (p.path.empty()) return it->second.text;
+      if (!it->second.structured) throw PathError("agents." + p.agent + ".output is text, without fields");
+      return value_text(value_at(it->second.value, p.path, "agents." + p.agent + ".output"));
+    } catch (const PathError& e) {
+      throw RunFailed{"prompt placeholder {" + p.text + "}: " + e.what()};
+    }
   };
   std::vector<PromptPiece> pieces;
   if (template_placeholders(a.prompt).empty()) {
-    // No placeholders: the task and the previous stage's output follow the prompt.
+    // No placeholders: the task, the element (for_each) and the previous stage's output follow the prompt.
     if (!a.prompt.empty()) pieces.push_back({a.prompt + "\n\n", false});
     pieces.push_back({"Task: " + v.task, false});
+    if (item) {
+      pieces.push_back({"\n\nItem: ", false});
+      pieces.push_back({value_text(*item), true});
+    }
     if (!previous_.empty()) {
       pieces.push_back({"\n\nPrevious output:\n", false});
       pieces.push_back({previous_, true});
@@ -371,13 +469,13 @@ std::string RunExecutor::summarize(const AgentSpec& a, const AgentModel& m, cons
   p.prompt = agent_prompt_tokens(s, m, head + tok.decode(body));
   p.max_tokens = max_tokens;
   p.sampling.temperature = 0;
-  const StepResult r = generate(s, m, std::move(p), false, 0);
+  const StepResult r = generate(s, m, std::move(p), "", 0);
   if (!r.ok) throw RunFailed{"summarizing the context failed: " + r.error};
   return r.output;
 }
 
 RunExecutor::StepResult RunExecutor::generate(const AgentSpec& a, const AgentModel& m, RequestParams p,
-                                              bool stream_tokens, int round) {
+                                              const std::string& stream_as, int round) {
   struct Mailbox {
     std::mutex mu;
     std::condition_variable cv;
@@ -427,13 +525,14 @@ RunExecutor::StepResult RunExecutor::generate(const AgentSpec& a, const AgentMod
       // A model may emit bytes that are not UTF-8 (a stray byte token): outputs are stored and sent as JSON text.
       const std::string text = unicode::valid_utf8(ev.text);
       r.output += text;
-      if (stream_tokens && !text.empty())
-        emit_token({{"type", "token"}, {"agent", a.name}, {"round", round}, {"text", text}});
+      if (!stream_as.empty() && !text.empty())
+        emit_token({{"type", "token"}, {"agent", stream_as}, {"round", round}, {"text", text}});
       if (!ev.finished) continue;
       finished = true;
       r.prompt_tokens = ev.prompt_tokens;
       r.cached_tokens = ev.cached_tokens;
       r.tokens = ev.completion_tokens;
+      r.reason = ev.reason;
       if (ev.reason == FinishReason::Error) r.error = "generation failed: " + ev.error;
       else if (ev.reason == FinishReason::Cancelled) r.error = timed_out ? "timed out after " + fmt_seconds(a.timeout_s) : "cancelled";
       else r.ok = true;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "agents/agent_output.h"
 #include "agents/kv_hints.h"
 #include "agents/pipeline_runner.h"
 
@@ -19,7 +20,7 @@ namespace spool::agents {
 
 struct PipelineRunner::Run {
   std::string id;
-  nlohmann::json spec_json;
+  SpecJson spec_json;
   PipelineSpec spec;
   std::string input;
   std::atomic<bool> cancelled{false};
@@ -57,15 +58,26 @@ class RunExecutor {
  private:
   struct StepResult;
   void run_stage(const Stage& s, int round);
+  // A for_each stage's elements: the source array, checked (throws RunFailed).
+  nlohmann::ordered_json for_each_items(const Stage& s, int round);
   // Workflow-aware KV retention: tells each engine which prompt prefixes the
   // next stages will read (as far as they are known now) and in how many
   // stages; called as each stage starts.
   void update_hints(size_t pos);
-  std::string run_agent(const AgentSpec& a, int round, int ord);
-  StepResult attempt(const AgentSpec& a, int round, const std::vector<int32_t>& prompt, int attempt_no);
-  std::vector<int32_t> build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens);
+  // One step: agent `a` as step `step` (its name, or "name[i]" for element
+  // `item` of a for_each stage).
+  AgentOutput run_agent(const AgentSpec& a, int round, int ord, const std::string& step,
+                        const nlohmann::ordered_json* item);
+  // The output as later templates see it (parsed when the agent has an output_schema; throws std::exception).
+  static AgentOutput make_output(const AgentSpec& a, const std::string& text);
+  std::vector<int32_t> build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens,
+                                    const nlohmann::ordered_json* item);
   std::string summarize(const AgentSpec& a, const AgentModel& m, const std::string& text, int max_tokens);
-  StepResult generate(const AgentSpec& a, const AgentModel& m, RequestParams p, bool stream_tokens, int round);
+  // One attempt of a step: its prompt, its request, and the output checked against the output_schema.
+  StepResult attempt(const AgentSpec& a, const AgentModel& m, int round, const std::string& step,
+                     const nlohmann::ordered_json* item);
+  // stream_as: the step name token events carry ("": no token events).
+  StepResult generate(const AgentSpec& a, const AgentModel& m, RequestParams p, const std::string& stream_as, int round);
   // Stores the step (if any), the log lines and the event in one transaction,
   // then publishes the event to SSE clients and the lines to stderr.
   void record(const StepRecord* step, const nlohmann::json& event, const std::vector<std::string>& lines);
@@ -76,7 +88,7 @@ class RunExecutor {
   PipelineRunner& runner_;
   std::shared_ptr<PipelineRunner::Run> run_;
   std::map<std::pair<std::string, int>, StepRecord> done_;  // finished steps from the store (resume)
-  std::map<std::string, std::string> outputs_;              // latest output per agent
+  std::map<std::string, AgentOutput> outputs_;              // latest output per agent
   std::string previous_;
   int next_ord_ = 0;
   // The stages in the order they would run (rounds unrolled to max_rounds),

@@ -85,7 +85,7 @@ RunRecord read_run(const Stmt& s) {
   r.seq = s.i64(0);
   r.id = s.text(1);
   r.kind = s.text(2);
-  r.spec = json::parse(s.text(3), nullptr, false);
+  r.spec = nlohmann::ordered_json::parse(s.text(3), nullptr, false);
   r.input = s.text(4);
   r.status = s.text(5);
   r.error = s.text(6);
@@ -160,19 +160,19 @@ void RunStore::exec(const char* sql) {
   }
 }
 
-void RunStore::put_spec(const std::string& name, const json& spec) {
+void RunStore::put_spec(const std::string& name, const nlohmann::ordered_json& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt(db_, "INSERT INTO specs(name, body, updated_at) VALUES(?1, ?2, ?3) "
             "ON CONFLICT(name) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at")
       .bind(1, name).bind(2, spec.dump()).bind(3, unix_now()).run();
 }
 
-std::optional<json> RunStore::get_spec(const std::string& name) {
+std::optional<nlohmann::ordered_json> RunStore::get_spec(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt s(db_, "SELECT body FROM specs WHERE name = ?1");
   s.bind(1, name);
   if (!s.step()) return std::nullopt;
-  return json::parse(s.text(0));
+  return nlohmann::ordered_json::parse(s.text(0));
 }
 
 std::vector<std::string> RunStore::spec_names() {
@@ -219,7 +219,7 @@ void RunStore::update_status(const std::string& id, const std::string& status, c
       .bind(1, id).bind(2, status).bind(3, error).bind(4, unix_now()).bind(5, (int64_t)ended).run();
 }
 
-void RunStore::set_run_spec(const std::string& id, const json& spec) {
+void RunStore::set_run_spec(const std::string& id, const nlohmann::ordered_json& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt(db_, "UPDATE runs SET spec = ?2 WHERE id = ?1").bind(1, id).bind(2, spec.dump()).run();
 }

@@ -26,7 +26,7 @@ struct RunRecord {
   int64_t seq = 0;            // insertion order
   std::string id;
   std::string kind = "pipeline";
-  nlohmann::json spec;        // the spec as submitted (validated)
+  nlohmann::ordered_json spec;  // the spec as submitted (validated), keys in their order
   std::string input;
   std::string status;         // queued | running | completed | failed | cancelled
   std::string error;
@@ -63,15 +63,15 @@ class RunStore {
 
   const std::string& dir() const { return dir_; }
 
-  void put_spec(const std::string& name, const nlohmann::json& spec);
-  std::optional<nlohmann::json> get_spec(const std::string& name);
+  void put_spec(const std::string& name, const nlohmann::ordered_json& spec);
+  std::optional<nlohmann::ordered_json> get_spec(const std::string& name);
   std::vector<std::string> spec_names();
 
   void create_run(const RunRecord& r);
   // Sets status (and error); stamps started_at when it becomes running (or a
   // batch in_progress), finished_at when it ends (completed, failed, cancelled).
   void set_run_status(const std::string& id, const std::string& status, const std::string& error = "");
-  void set_run_spec(const std::string& id, const nlohmann::json& spec);
+  void set_run_spec(const std::string& id, const nlohmann::ordered_json& spec);
   std::optional<RunRecord> get_run(const std::string& id);
   // Newest first; `before_seq` > 0 pages (runs with smaller seq).
   std::vector<RunRecord> list_runs(const std::string& kind, int limit, int64_t before_seq = 0);

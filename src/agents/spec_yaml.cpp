@@ -9,7 +9,7 @@
 
 namespace spool::agents {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

@@ -41,12 +41,14 @@ std::shared_ptr<TokenMasker> GrammarCache::gbnf(const std::string& text) {
   return get("gbnf\n" + text, [&] { return text; });
 }
 
-std::shared_ptr<TokenMasker> GrammarCache::json_schema(const nlohmann::ordered_json& schema) {
-  return get("schema\n" + schema.dump(), [&] { return json_schema_to_gbnf(schema); });
+std::shared_ptr<TokenMasker> GrammarCache::json_schema(const nlohmann::ordered_json& schema, bool compact) {
+  JsonGbnfOptions o;
+  o.compact = compact;
+  return get(std::string(compact ? "compact-" : "") + "schema\n" + schema.dump(), [&] { return json_schema_to_gbnf(schema, o); });
 }
 
-std::shared_ptr<TokenMasker> GrammarCache::json_object() {
-  return get("json_object", [] { return json_object_gbnf(); });
+std::shared_ptr<TokenMasker> GrammarCache::json_object(bool compact) {
+  return get(compact ? "compact-json_object" : "json_object", [&] { return json_object_gbnf(compact); });
 }
 
 std::shared_ptr<TokenMasker> GrammarCache::regex(const std::string& pattern) {

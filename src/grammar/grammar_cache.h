@@ -22,8 +22,9 @@ class GrammarCache {
 
   // Each throws GrammarError naming the problem.
   std::shared_ptr<TokenMasker> gbnf(const std::string& text);
-  std::shared_ptr<TokenMasker> json_schema(const nlohmann::ordered_json& schema);
-  std::shared_ptr<TokenMasker> json_object();
+  // compact: no whitespace between JSON tokens (json_schema.h).
+  std::shared_ptr<TokenMasker> json_schema(const nlohmann::ordered_json& schema, bool compact = false);
+  std::shared_ptr<TokenMasker> json_object(bool compact = false);
   std::shared_ptr<TokenMasker> regex(const std::string& pattern);
 
   size_t size();

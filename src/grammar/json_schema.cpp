@@ -6,9 +6,11 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "grammar/grammar.h"
+#include "grammar/number_range.h"
 #include "grammar/regex.h"
 
 namespace spool::grammar {
@@ -17,8 +19,10 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-const char* kPrimitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
-json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+const char* kFreeSpace = R"(ws ::= | " " | "\n" [ \t]{0,20}
+)";
+const char* kNoSpace = "ws ::= \"\"\n";
+const char* kPrimitives = R"(json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 json-string ::= "\"" json-char* "\""
 json-integer ::= "-"? ("0" | [1-9] [0-9]{0,15})
 json-number ::= json-integer ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?
@@ -40,11 +44,12 @@ std::string literal(const std::string& bytes) { return "\"" + gbnf_escape(bytes)
 
 class SchemaConverter {
  public:
-  explicit SchemaConverter(const json& root) : root_(root) {}
+  SchemaConverter(const json& root, const std::string& prefix) : root_(root), prefix_(prefix) {}
 
-  std::string convert(const std::string& root_name) {
+  std::string convert(const JsonGbnfOptions& o) {
     const std::string e = visit(root_, "#", "root");
-    out_ = root_name + " ::= " + e + "\n" + out_ + kPrimitives;
+    out_ = o.root + " ::= " + e + "\n" + out_;
+    if (o.primitives) out_ += std::string(o.compact ? kNoSpace : kFreeSpace) + kPrimitives;
     return out_;
   }
 
@@ -57,7 +62,7 @@ class SchemaConverter {
     std::string name;
     for (char c : hint) name += (std::isalnum((unsigned char)c) ? c : '-');
     if (name.empty() || name.size() > 40) name = "schema";
-    name = "s-" + name + "-" + std::to_string(n_rules_++);
+    name = prefix_ + "-" + name + "-" + std::to_string(n_rules_++);
     out_ += name + " ::= " + body + "\n";
     return name;
   }
@@ -79,7 +84,7 @@ class SchemaConverter {
     std::string hint = ref.substr(ref.find_last_of('/') + 1);
     std::string name;
     for (char c : hint) name += (std::isalnum((unsigned char)c) ? c : '-');
-    name = "ref-" + (name.empty() ? std::string("root") : name) + "-" + std::to_string(n_rules_++);
+    name = prefix_ + "-ref-" + (name.empty() ? std::string("root") : name) + "-" + std::to_string(n_rules_++);
     refs_[ref] = name;  // before visiting: recursion refers to the name
     const std::string body = visit(target, ref, hint);
     out_ += name + " ::= " + body + "\n";
@@ -148,11 +153,7 @@ class SchemaConverter {
     if (type == "array") return visit_array(s, where, hint);
     if (type == "string") return visit_string(s, where, hint);
     if (type == "integer") return visit_integer(s, where, hint);
-    if (type == "number") {
-      for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-        if (s.contains(kw)) fail(where, std::string("'") + kw + "' is supported on integers, not on numbers");
-      return "json-number";
-    }
+    if (type == "number") return visit_number(s, where, hint);
     if (type == "boolean") return "json-boolean";
     if (type == "null") return "json-null";
     fail(where, "unknown type '" + type + "'");
@@ -181,45 +182,33 @@ class SchemaConverter {
     bound("exclusiveMaximum", true, 1);
     if (!bounded) return "json-integer";
     if (lo > hi) fail(where, "no integer lies between the minimum and the maximum");
-    std::vector<std::string> alts;
-    if (lo < 0) alts.push_back("\"-\" " + digits_range(std::max<int64_t>(1, -std::min<int64_t>(hi, -1)), -lo));
-    if (hi >= 0) alts.push_back(digits_range(std::max<int64_t>(0, lo), hi));
-    std::string body;
-    for (size_t k = 0; k < alts.size(); ++k) body += (k ? " | " : "") + alts[k];
-    return new_rule(hint + "-int", body);
+    return new_rule(hint + "-int", integer_range_gbnf(lo, hi));
   }
 
-  // Decimal numerals (no leading zeros) of the integers in [a, b], 0 <= a <= b.
-  static std::string digits_range(int64_t a, int64_t b) {
-    std::vector<std::string> alts;
-    int64_t pow = 1;
-    for (int len = 1; len <= 16; ++len, pow *= 10) {
-      const int64_t first = len == 1 ? 0 : pow, last = pow * 10 - 1;
-      const int64_t x = std::max(a, first), y = std::min(b, last);
-      if (x > y) continue;
-      alts.push_back(same_length(std::to_string(x), std::to_string(y)));
+  // Numbers between bounds (with decimals, exclusive or not): integer part and
+  // fraction digits, no exponent.
+  std::string visit_number(const json& s, const std::string& where, const std::string& hint) {
+    std::optional<NumberBound> lo, hi;
+    const auto bound = [&](const char* kw, bool exclusive, std::optional<NumberBound>& b, bool upper) {
+      auto it = s.find(kw);
+      if (it == s.end()) return;
+      if (!it->is_number()) fail(where, std::string("'") + kw + "' must be a number");
+      const NumberBound nb{it->get<double>(), exclusive};
+      // The tighter bound wins (both minimum and exclusiveMinimum may be given).
+      if (!b || (upper ? nb.value < b->value || (nb.value == b->value && exclusive)
+                       : nb.value > b->value || (nb.value == b->value && exclusive)))
+        b = nb;
+    };
+    bound("minimum", false, lo, false);
+    bound("exclusiveMinimum", true, lo, false);
+    bound("maximum", false, hi, true);
+    bound("exclusiveMaximum", true, hi, true);
+    if (!lo && !hi) return "json-number";
+    try {
+      return new_rule(hint + "-num", number_range_gbnf(lo, hi));
+    } catch (const GrammarError& e) {
+      fail(where, e.what());
     }
-    std::string out = "(";
-    for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
-    return out + ")";
-  }
-
-  // Numerals of one length between x and y (as strings, x <= y).
-  static std::string same_length(const std::string& x, const std::string& y) {
-    if (x.empty()) return "\"\"";
-    const size_t rest = x.size() - 1;
-    const auto any = [&](size_t n) { return n ? " [0-9]{" + std::to_string(n) + "}" : std::string(); };
-    if (x[0] == y[0]) return "\"" + std::string(1, x[0]) + "\" " + same_length(x.substr(1), y.substr(1));
-    if (x.find_first_not_of('0', 1) == std::string::npos && y.find_first_not_of('9', 1) == std::string::npos)
-      return "[" + std::string(1, x[0]) + "-" + std::string(1, y[0]) + "]" + any(rest);
-    std::vector<std::string> alts;
-    alts.push_back("\"" + std::string(1, x[0]) + "\" " + same_length(x.substr(1), std::string(rest, '9')));
-    if (x[0] + 1 <= y[0] - 1)
-      alts.push_back("[" + std::string(1, (char)(x[0] + 1)) + "-" + std::string(1, (char)(y[0] - 1)) + "]" + any(rest));
-    alts.push_back("\"" + std::string(1, y[0]) + "\" " + same_length(std::string(rest, '0'), y.substr(1)));
-    std::string out = "(";
-    for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
-    return out + ")";
   }
 
   size_t count(const json& s, const char* kw, const std::string& where, size_t dflt) {
@@ -310,6 +299,7 @@ class SchemaConverter {
   }
 
   const json& root_;
+  std::string prefix_;
   std::string out_;
   std::map<std::string, std::string> refs_;
   int n_rules_ = 0;
@@ -317,10 +307,18 @@ class SchemaConverter {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const json& schema, const std::string& root) {
-  return SchemaConverter(schema).convert(root);
+std::string json_schema_to_gbnf(const json& schema, const JsonGbnfOptions& options) {
+  return SchemaConverter(schema, options.prefix).convert(options);
 }
 
-std::string json_object_gbnf() { return std::string("root ::= json-object\n") + kPrimitives; }
+std::string json_schema_to_gbnf(const json& schema, const std::string& root) {
+  JsonGbnfOptions o;
+  o.root = root;
+  return json_schema_to_gbnf(schema, o);
+}
+
+std::string json_object_gbnf(bool compact) {
+  return std::string("root ::= json-object\n") + (compact ? kNoSpace : kFreeSpace) + kPrimitives;
+}
 
 }  // namespace spool::grammar

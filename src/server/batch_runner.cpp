@@ -274,6 +274,8 @@ void BatchRunner::execute(const std::string& id) {
         f.meta.model = served.id;
         f.engine = served.engine;
         f.meta.logprobs = api.top_logprobs >= 0;
+        f.meta.tools = ep == Endpoint::ChatCompletions && api.structured.tools_active();  // tool_calls in the output line
+        f.meta.tool_style = tool_call_style(served.chat_template.get(), api.structured);
         RequestParams p = to_request_params(api, served.prompt_context());
         f.rid = served.engine->submit(std::move(p), [box, i](const RequestEvent& ev) {
           {

@@ -163,7 +163,7 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   meta.model = served.id;
   meta.logprobs = api.top_logprobs >= 0;
   meta.tools = endpoint == Endpoint::ChatCompletions && api.structured.tools_active();
-  meta.tool_style = tool_call_style(served.chat_template.get());
+  meta.tool_style = tool_call_style(served.chat_template.get(), api.structured);
 
   auto channel = std::make_shared<RequestChannel>();
   const RequestId id = submit(*served.engine, std::move(params), channel);

@@ -245,10 +245,10 @@ std::vector<std::string> ApiServer::model_names() const {
   return out;
 }
 
-std::pair<Engine*, const ChatTemplate*> ApiServer::find_model(const std::string& name) const {
+ApiServer::ModelRef ApiServer::find_model(const std::string& name) const {
   for (const auto& m : ctx_->models)
-    if (name.empty() || m->answers_to(name)) return {m->engine, m->chat_template.get()};
-  return {nullptr, nullptr};
+    if (name.empty() || m->answers_to(name)) return {m->engine, m->chat_template.get(), m->grammars.get()};
+  return {};
 }
 
 void ApiServer::add_model(Engine& engine, const std::string& id, const std::vector<std::string>& aliases) {

@@ -16,6 +16,10 @@ namespace spool {
 class ChatTemplate;
 }
 
+namespace spool::grammar {
+class GrammarCache;
+}
+
 namespace spool::agents {
 class PipelineRunner;
 }
@@ -53,7 +57,12 @@ class ApiServer {
   // Every name a model answers to (ids and aliases), and the model for a name
   // ("" the default; {nullptr, nullptr} when none answers).
   std::vector<std::string> model_names() const;
-  std::pair<Engine*, const ChatTemplate*> find_model(const std::string& name) const;
+  struct ModelRef {
+    Engine* engine = nullptr;
+    const ChatTemplate* chat_template = nullptr;
+    grammar::GrammarCache* grammars = nullptr;
+  };
+  ModelRef find_model(const std::string& name) const;
 
   // The agent runtime behind /v1/pipelines (set before listen(); without it
   // those routes answer 404). Not owned.

@@ -207,13 +207,13 @@ RequestParams to_request_params(const ApiRequest& r, const PromptContext& ctx) {
   const bool constrained = r.structured.tools_active() || r.structured.format != StructuredRequest::Format::Text;
   if (constrained && !ctx.grammars)
     throw bad_param("response_format", "structured output is not available on this route");
-  if (constrained) p.grammar = request_grammar(r.structured, *ctx.grammars, tool_call_style(ctx.chat_template));
+  if (constrained) p.grammar = request_grammar(r.structured, *ctx.grammars, tool_call_style(ctx.chat_template, r.structured));
   if (r.endpoint == Endpoint::ChatCompletions) {
     if (!ctx.chat_template)
       throw ApiError(400, "the model has no chat template; use /v1/completions", "invalid_request_error",
                      "no_chat_template", "messages");
     try {
-      const TemplateInput in = template_input(r.structured, *ctx.chat_template, tool_call_style(ctx.chat_template));
+      const TemplateInput in = template_input(r.structured, *ctx.chat_template, tool_call_style(ctx.chat_template, r.structured));
       p.prompt = chat_prompt_tokens(jinja::Value::from_json(in.messages), tok, *ctx.chat_template,
                                     jinja::Value::from_json(in.extra));
     } catch (const ApiError&) {

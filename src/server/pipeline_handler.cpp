@@ -40,9 +40,13 @@ ApiError no_run(const std::string& id) {
 
 // The body as a JSON object: JSON, or YAML when the Content-Type says so
 // (application/yaml, application/x-yaml, text/yaml).
-json parse_spec_body(const httplib::Request& req) {
-  if (req.get_header_value("Content-Type").find("yaml") == std::string::npos) return parse_json_body(req);
-  json j;
+// Keys keep their order (agents::SpecJson).
+agents::SpecJson parse_spec_body(const httplib::Request& req) {
+  if (req.get_header_value("Content-Type").find("yaml") == std::string::npos) {
+    parse_json_body(req);  // the errors of every JSON route
+    return agents::SpecJson::parse(req.body);
+  }
+  agents::SpecJson j;
   try {
     j = agents::yaml_to_json(req.body);
   } catch (const std::invalid_argument& e) {
@@ -62,17 +66,17 @@ bool valid_spec_name(const std::string& name) {
 
 void create_run(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   agents::PipelineRunner& runner = runner_of(ctx);
-  json body = parse_spec_body(req);
+  agents::SpecJson body = parse_spec_body(req);
   std::string input;
   if (const auto it = body.find("input"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) throw bad_param("input", "'input' must be a string", "invalid_type");
     input = it->get<std::string>();
   }
-  json spec = body;
+  agents::SpecJson spec = body;
   if (!body.contains("agents") && body.contains("name")) {  // {"name": a saved spec, "input": ...}
     if (!body["name"].is_string()) throw bad_param("name", "'name' must be a string", "invalid_type");
     const std::string name = body["name"].get<std::string>();
-    std::optional<json> saved = ctx.runner->store_spec(name);
+    std::optional<agents::SpecJson> saved = ctx.runner->store_spec(name);
     if (!saved) throw ApiError(404, "no saved pipeline spec '" + name + "'", "invalid_request_error", "not_found", "name");
     spec = *saved;
   }
@@ -158,7 +162,7 @@ void add_pipeline_routes(ServerContext& ctx) {
     const std::string name = req.matches[1].str();
     if (!valid_spec_name(name))
       throw bad_param("name", "a spec name has 1-128 letters, digits, '_', '-' or '.'");
-    json spec = parse_spec_body(req);
+    agents::SpecJson spec = parse_spec_body(req);
     spec.erase("input");
     try {
       runner.validate(spec);
@@ -170,7 +174,7 @@ void add_pipeline_routes(ServerContext& ctx) {
   }));
   http.Get(R"(/v1/pipeline-specs/([^/]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
     const std::string name = req.matches[1].str();
-    const std::optional<json> spec = runner_of(c).store_spec(name);
+    const std::optional<agents::SpecJson> spec = runner_of(c).store_spec(name);
     if (!spec) throw ApiError(404, "no saved pipeline spec '" + name + "'", "invalid_request_error", "not_found", "name");
     reply(res, {{"name", name}, {"object", "pipeline.spec"}, {"spec", *spec}});
   }));

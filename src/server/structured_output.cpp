@@ -67,6 +67,10 @@ void parse_response_format(const ojson& body, StructuredRequest& s) {
     s.grammar = g->get<std::string>();
     ++n_given;
   }
+  if (const ojson* c = field(body, "compact_json")) {  // spool's extension
+    if (!c->is_boolean()) throw bad_param("compact_json", "'compact_json' must be a boolean", "invalid_type");
+    s.compact_json = c->get<bool>();
+  }
   if (n_given > 1)
     throw bad_param("response_format", "give only one of 'response_format' (json), 'json_schema' and 'grammar'");
 }
@@ -121,8 +125,8 @@ void parse_tools(const ojson& body, StructuredRequest& s) {
     if (!p->is_boolean()) throw bad_param("parallel_tool_calls", "'parallel_tool_calls' must be a boolean", "invalid_type");
     s.parallel_tool_calls = p->get<bool>();
   }
-  if (s.tools_active() && s.format != StructuredRequest::Format::Text)
-    throw bad_param("tools", "'tools' together with a response format or grammar is not supported; use one of them");
+  if (s.tools_active() && s.format == StructuredRequest::Format::Grammar)
+    throw bad_param("tools", "'tools' together with a GBNF 'grammar' is not supported; use a response_format");
 }
 
 std::string text_content(const ojson& m) {
@@ -194,8 +198,9 @@ StructuredRequest parse_structured(const ojson& body, bool chat) {
   return s;
 }
 
-ToolCallStyle tool_call_style(const ChatTemplate* tmpl) {
+ToolCallStyle tool_call_style(const ChatTemplate* tmpl, const StructuredRequest& s) {
   if (tmpl && tmpl->source().find("<tool_call>") != std::string::npos) return {"<tool_call>\n", "\n</tool_call>"};
+  if (s.tools_active() && s.format != StructuredRequest::Format::Text) return {"<tool_call>\n", "\n</tool_call>"};
   return {};
 }
 
@@ -233,11 +238,24 @@ std::string tool_grammar(const StructuredRequest& s, const ToolCallStyle& style)
                             {"additionalProperties", false}});
   }
   const ojson call_schema = alternatives.size() == 1 ? alternatives[0] : ojson{{"anyOf", alternatives}};
-  std::string g = grammar::json_schema_to_gbnf(call_schema, "tool-call");
+  grammar::JsonGbnfOptions o;
+  o.root = "tool-call";
+  o.prefix = "t";
+  o.compact = s.compact_json;
+  std::string g = grammar::json_schema_to_gbnf(call_schema, o);
   const std::string one = "\"" + grammar::gbnf_escape(style.open) + "\" tool-call \"" + grammar::gbnf_escape(style.close) + "\"";
   const bool many = s.parallel_tool_calls && s.tool_choice != ToolChoice::Named;
   g += "tool-calls ::= " + one + (many ? " (\"\\n\" " + one + "){0,3}" : "") + "\n";
-  if (s.tool_choice == ToolChoice::Auto) {
+  if (s.tool_choice == ToolChoice::Auto && s.format == StructuredRequest::Format::JsonObject) {
+    g += "root ::= tool-calls | json-object\n";
+  } else if (s.tool_choice == ToolChoice::Auto && s.format == StructuredRequest::Format::JsonSchema) {
+    grammar::JsonGbnfOptions f;  // the answer when it is not a call (tool_call_style wrapped the calls)
+    f.root = "formatted";
+    f.prefix = "f";
+    f.primitives = false;
+    g += grammar::json_schema_to_gbnf(s.schema, f);
+    g += "root ::= tool-calls | formatted\n";
+  } else if (s.tool_choice == ToolChoice::Auto) {
     // Text may not start like a tool call does.
     const char first = style.open.empty() ? '{' : style.open[0];
     g += std::string("root ::= tool-calls | free-text\nfree-text ::= ([^") + (first == '{' ? "{" : "<") + "] .*)?\n";
@@ -253,14 +271,19 @@ std::shared_ptr<grammar::TokenMasker> request_grammar(const StructuredRequest& s
                                                       const ToolCallStyle& style) {
   std::string param;
   try {
+    if (s.format == StructuredRequest::Format::JsonSchema) {  // its errors name the response format
+      param = "response_format";
+      const auto masker = cache.json_schema(s.schema, s.compact_json);
+      if (!s.tools_active()) return masker;
+    }
     if (s.tools_active()) {
       param = "tools";
       return cache.gbnf(tool_grammar(s, style));
     }
     switch (s.format) {
       case StructuredRequest::Format::Text: return nullptr;
-      case StructuredRequest::Format::JsonObject: param = "response_format"; return cache.json_object();
-      case StructuredRequest::Format::JsonSchema: param = "response_format"; return cache.json_schema(s.schema);
+      case StructuredRequest::Format::JsonObject: param = "response_format"; return cache.json_object(s.compact_json);
+      case StructuredRequest::Format::JsonSchema: return nullptr;  // returned above
       case StructuredRequest::Format::Grammar: param = "grammar"; return cache.gbnf(s.grammar);
     }
   } catch (const grammar::GrammarError& e) {

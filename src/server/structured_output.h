@@ -6,7 +6,8 @@
 //
 // A tool call is generated as {"name": ..., "arguments": {...}} under a
 // grammar built from every tool's parameter schema, so its arguments always
-// parse and validate. When the chat template writes Hermes-style tool calls
+// parse and validate. With tool_choice "auto" the alternative to calls is
+// free text, or the response format's JSON when one is given. When the chat template writes Hermes-style tool calls
 // (it mentions <tool_call>), the call is wrapped in <tool_call>...</tool_call>
 // as that template expects; a template that does not render `tools` gets the
 // tool list in a system message instead.
@@ -42,6 +43,7 @@ struct StructuredRequest {
   ToolChoice tool_choice = ToolChoice::None;
   std::string tool_name;          // ToolChoice::Named
   bool parallel_tool_calls = true;
+  bool compact_json = false;      // spool's extension: no whitespace between JSON tokens
   nlohmann::ordered_json messages;  // chat: the messages as the template sees them
   bool tools_active() const { return !tools.empty() && tool_choice != ToolChoice::None; }
 };
@@ -50,11 +52,14 @@ struct StructuredRequest {
 // Throws ApiError (400) naming the field.
 StructuredRequest parse_structured(const nlohmann::ordered_json& body, bool chat);
 
-// How tool calls are written in the generated text.
+// How tool calls are written in the generated text: wrapped in
+// <tool_call>...</tool_call> for Hermes-style templates, and whenever tools
+// come with a response format (so that a call and a formatted answer, both
+// JSON, differ from their first character); bare JSON otherwise.
 struct ToolCallStyle {
-  std::string open, close;  // "<tool_call>\n" / "\n</tool_call>" for Hermes-style templates, else ""
+  std::string open, close;  // "<tool_call>\n" / "\n</tool_call>", or ""
 };
-ToolCallStyle tool_call_style(const ChatTemplate* tmpl);
+ToolCallStyle tool_call_style(const ChatTemplate* tmpl, const StructuredRequest& s);
 
 // The messages and extra template variables (`tools`) for the chat template;
 // without template support for tools, a system message lists them.

@@ -1,6 +1,6 @@
-// Structured output through a real `spool serve`: for 18 JSON Schemas
+// Structured output through a real `spool serve`: for 19 JSON Schemas
 // (nested objects, enums, arrays, anyOf/oneOf, $ref with recursion,
-// patterns, integer ranges), 20 completions each sampled at temperature 1 from stories260K
+// patterns, integer ranges, number ranges with decimals), 20 completions each sampled at temperature 1 from stories260K
 // must all parse and validate under ajv (a well-kept validator, not ours);
 // json_object mode, llama-server's `grammar` / `json_schema` fields, and
 // 400s that name the problem while the server keeps serving.
@@ -117,6 +117,15 @@ export const SCHEMAS = {
     required: ['age', 'delta', 'big'], additionalProperties: false,
   },
   nested_arrays: { type: 'array', maxItems: 3, items: { type: 'array', maxItems: 3, items: { type: 'boolean' } } },
+  number_ranges: {
+    type: 'object',
+    properties: {
+      ratio: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+      score: { type: 'number', minimum: -1.5, exclusiveMaximum: 2.25 },
+      temp: { type: 'number', minimum: 36.6, maximum: 37.25 },
+    },
+    required: ['ratio', 'score', 'temp'], additionalProperties: false,
+  },
 };
 
 async function complete(body) {
@@ -185,7 +194,7 @@ test('an invalid schema or grammar is a 400 naming the problem; the server keeps
   const cases = [
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: { type: 'strng' } } } } } }, /unknown type 'strng'/, 'response_format'],
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { $ref: '#/$defs/nope' } } } }, /\$ref '#\/\$defs\/nope' does not point/, 'response_format'],
-    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'number', minimum: 3 } } } }, /'minimum' is supported on integers, not on numbers/, 'response_format'],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'number', minimum: 3, maximum: 2.5 } } } }, /no number lies between the minimum and the maximum/, 'response_format'],
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'array', uniqueItems: true } } } }, /'uniqueItems' is not supported/, 'response_format'],
     [{ response_format: { type: 'xml' } }, /'response_format.type' must be/, 'response_format.type'],
     [{ grammar: 'root ::= item\n' }, /'item' is used but never defined/, 'grammar'],

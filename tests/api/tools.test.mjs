@@ -3,7 +3,8 @@
 // valid): tool_choice required / named / auto / none, non-streamed and
 // streamed (tool-call deltas), arguments validated by ajv against each tool's
 // parameters; a template that renders tools (tests/api/fixtures) and one that
-// does not (the tools then go in a system message); tool results in history.
+// does not (the tools then go in a system message); tool results in history;
+// tools with a response_format; compact_json; tool calls in Batch API output.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -160,6 +161,101 @@ for (const [label, template] of [
     assert.ok(withResult.usage.prompt_tokens > without.usage.prompt_tokens + 20, 'the tool call and result were not rendered');
     const noTools = await client.chat.completions.create({ messages, max_tokens: 4, temperature: 0 });
     assert.ok(without.usage.prompt_tokens > noTools.usage.prompt_tokens + 30, 'the tools were not rendered');
+  });
+
+  test(`${label}: tools with a response_format: calls, or an answer valid under the schema`, async () => {
+    const ANSWER = { type: 'object', properties: { answer: { type: 'string', maxLength: 20 }, sure: { type: 'boolean' } }, required: ['answer', 'sure'], additionalProperties: false };
+    const response_format = { type: 'json_schema', json_schema: { name: 'answer', schema: ANSWER } };
+    const checkAnswer = (content) => {
+      const v = JSON.parse(content);
+      assert.ok(ajv.validate(ANSWER, v), `${content}: ${ajv.errorsText()}`);
+    };
+    let calls = 0, answers = 0;
+    for (let i = 0; i < 8; ++i) {
+      const body = { messages, tools: TOOLS, response_format, temperature: 1, seed: 200 + i, max_tokens: 300 };
+      const r = await client.chat.completions.create(body);
+      const s = await streamedCalls(client, body);
+      if (r.choices[0].finish_reason === 'tool_calls') {
+        ++calls;
+        assertValidCalls(r.choices[0].message.tool_calls);
+        assert.deepEqual(s.calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]),
+          r.choices[0].message.tool_calls.map((c) => [c.function.name, JSON.parse(c.function.arguments)]));
+      } else {
+        ++answers;
+        assert.equal(r.choices[0].finish_reason, 'stop', JSON.stringify(r.choices[0]));
+        checkAnswer(r.choices[0].message.content);
+        assert.equal(s.content, r.choices[0].message.content);
+        assert.equal(s.calls.length, 0);
+      }
+    }
+    assert.equal(calls + answers, 8);
+    // required: calls only; none: the formatted answer only.
+    const req = await client.chat.completions.create({ messages, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false, response_format, temperature: 1, seed: 3, max_tokens: 400 });
+    assert.equal(req.choices[0].finish_reason, 'tool_calls');
+    assertValidCalls(req.choices[0].message.tool_calls);
+    const none = await client.chat.completions.create({ messages, tools: TOOLS, tool_choice: 'none', response_format, temperature: 1, seed: 3, max_tokens: 300 });
+    assert.equal(none.choices[0].finish_reason, 'stop');
+    checkAnswer(none.choices[0].message.content);
+    // A GBNF grammar cannot be combined with tools.
+    const bad = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ messages, tools: TOOLS, grammar: 'root ::= "x"' }),
+    });
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).error.param, 'tools');
+  });
+
+  test(`${label}: compact_json leaves no whitespace between JSON tokens`, async () => {
+    // Outside strings, a compact output has no blanks at all.
+    const blanksOutsideStrings = (t) => {
+      let inString = false, escape = false, n = 0;
+      for (const c of t) {
+        if (inString) { if (escape) escape = false; else if (c === '\\') escape = true; else if (c === '"') inString = false; continue; }
+        if (c === '"') inString = true;
+        else if (' \n\t\r'.includes(c)) ++n;
+      }
+      return n;
+    };
+    let loose = 0;
+    for (let i = 0; i < 4; ++i) {
+      const body = { messages, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false, temperature: 1, seed: 300 + i, max_tokens: 400 };
+      const compact = await client.chat.completions.create({ ...body, compact_json: true });
+      assertValidCalls(compact.choices[0].message.tool_calls);
+      for (const c of compact.choices[0].message.tool_calls) assert.equal(blanksOutsideStrings(c.function.arguments), 0, c.function.arguments);
+      const schema = { type: 'object', properties: { xs: { type: 'array', items: { type: 'integer' }, minItems: 3, maxItems: 3 } }, required: ['xs'] };
+      const fmt = { type: 'json_schema', json_schema: { name: 'xs', schema } };
+      const r = await client.chat.completions.create({ messages, response_format: fmt, compact_json: true, temperature: 1, seed: 300 + i, max_tokens: 200 });
+      assert.ok(ajv.validate(schema, JSON.parse(r.choices[0].message.content)), r.choices[0].message.content);
+      assert.equal(blanksOutsideStrings(r.choices[0].message.content), 0, r.choices[0].message.content);
+      const free = await client.chat.completions.create({ messages, response_format: fmt, temperature: 1, seed: 300 + i, max_tokens: 200 });
+      loose += blanksOutsideStrings(free.choices[0].message.content);
+    }
+    assert.ok(loose > 0, 'without compact_json this random model writes some blanks (else the test proves nothing)');
+  });
+
+  test(`${label}: tool calls in Batch API output lines`, async () => {
+    const { toFile } = await import('openai');
+    const lines = [0, 1, 2].map((i) => JSON.stringify({
+      custom_id: `t-${i}`, method: 'POST', url: '/v1/chat/completions',
+      body: { messages, tools: TOOLS, tool_choice: 'required', temperature: 1, seed: 400 + i, max_tokens: 300 },
+    })).join('\n') + '\n';
+    const file = await client.files.create({ file: await toFile(Buffer.from(lines), 'tools.jsonl'), purpose: 'batch' });
+    const batch = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    let b;
+    for (let k = 0; k < 600; ++k) {
+      b = await client.batches.retrieve(batch.id);
+      if (['completed', 'failed', 'cancelled'].includes(b.status)) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(b.status, 'completed', JSON.stringify(b));
+    const out = (await (await client.files.content(b.output_file_id)).text()).trim().split('\n').map((l) => JSON.parse(l));
+    assert.equal(out.length, 3);
+    for (const o of out) {
+      const choice = o.response.body.choices[0];
+      assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
+      assert.equal(choice.message.content, null);
+      assertValidCalls(choice.message.tool_calls);
+    }
   });
 
   test(`${label}: bad tools are 400s`, async () => {

@@ -7,6 +7,11 @@ import { stagesFromSteps, stagesOf } from '../../ui/pipelines.js';
 
 const step = (name, started_at, finished_at, round = 1) => ({ name, round, started_at, finished_at, status: 'done' });
 
+test('a for_each stage is one column for its agent', () => {
+  assert.deepEqual(stagesOf({ agents: [], stages: ['planner', { for_each: 'agents.planner.output.steps', agent: 'ex' }, 'sum'] }),
+    [{ agent: 'planner' }, { for_each: 'agents.planner.output.steps', agent: 'ex' }, { agent: 'sum' }]);
+});
+
 test('a chain, a fan-out and rounds are drawn from step times', () => {
   assert.deepEqual(stagesFromSteps([step('a', 10, 11), step('b', 11, 12), step('c', 12, 13)]),
     [{ agent: 'a' }, { agent: 'b' }, { agent: 'c' }]);

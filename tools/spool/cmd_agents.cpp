@@ -48,7 +48,7 @@ std::string model_file_name(const std::string& path) {
   return p.filename().string();
 }
 
-json read_spec_file(const std::string& path) {
+agents::SpecJson read_spec_file(const std::string& path) {
   const std::string text = read_text_file(path);
   if (path.ends_with(".yaml") || path.ends_with(".yml")) {
     try {
@@ -58,7 +58,7 @@ json read_spec_file(const std::string& path) {
     }
   }
   try {
-    return json::parse(text);
+    return agents::SpecJson::parse(text);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line 1, column 2: ...".
     std::string what = e.what();
@@ -69,7 +69,7 @@ json read_spec_file(const std::string& path) {
 }
 
 // --input TEXT, --input-file FILE, else the spec's own "input" field, else "".
-std::string run_input(const std::string& input, const std::string& input_file, const json& spec) {
+std::string run_input(const std::string& input, const std::string& input_file, const agents::SpecJson& spec) {
   if (!input.empty() && !input_file.empty()) throw Error("give either --input or --input-file, not both");
   if (!input_file.empty()) return read_text_file(input_file);
   if (!input.empty()) return input;
@@ -93,7 +93,7 @@ void print_output(const json& ev, bool json_out) {
 
 void agents_run(const AgentsRunOptions& o) {
   if (o.parallel < 1) throw Error("--parallel must be at least 1");
-  const json spec = read_spec_file(o.spec_path);
+  const agents::SpecJson spec = read_spec_file(o.spec_path);
   const std::string input = run_input(o.input, o.input_file, spec);
 
   // The models, as `serve` has them: each -m is PATH or ALIAS=PATH; a spec names a model by ALIAS, its file's
@@ -104,6 +104,7 @@ void agents_run(const AgentsRunOptions& o) {
     std::unique_ptr<Model> model;
     std::unique_ptr<Engine> engine;
     std::unique_ptr<ChatTemplate> tmpl;
+    std::unique_ptr<grammar::GrammarCache> grammars;  // output_schema grammars
   };
   std::vector<Loaded> loaded;
   agents::SpecContext models;
@@ -126,7 +127,7 @@ void agents_run(const AgentsRunOptions& o) {
   // A bad spec fails before the (possibly long) model load.
   try {
     agents::parse_pipeline_spec([&] {
-      json s = spec;
+      agents::SpecJson s = spec;
       if (s.is_object()) s.erase("input");
       return s;
     }(), models);
@@ -146,6 +147,7 @@ void agents_run(const AgentsRunOptions& o) {
     eo.max_running = o.parallel;
     eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
     l.engine = make_engine(*l.model, eo);
+    l.grammars = std::make_unique<grammar::GrammarCache>(l.model->tokenizer());
     if (const std::string src = chat_template_source(l.model->file()); !src.empty()) {
       try {
         l.tmpl = std::make_unique<ChatTemplate>(src);
@@ -161,7 +163,7 @@ void agents_run(const AgentsRunOptions& o) {
   agents::PipelineRunner runner(store, models, [&loaded](const std::string& name) {
     for (const Loaded& l : loaded)
       if (std::find(l.names.begin(), l.names.end(), name) != l.names.end())
-        return agents::AgentModel{l.engine.get(), l.tmpl.get()};
+        return agents::AgentModel{l.engine.get(), l.tmpl.get(), l.grammars.get()};
     return agents::AgentModel{};
   }, ro);
   runner.start();  // with --data-dir, runs left unfinished there resume first
@@ -273,7 +275,7 @@ struct Api {
     }
   }
   json get(const std::string& p) { return reply_json(client->Get(path(p).c_str())); }
-  json post(const std::string& p, const json& body) {
+  json post(const std::string& p, const agents::SpecJson& body) {  // keys in their order
     return reply_json(client->Post(path(p).c_str(), body.dump(), "application/json"));
   }
 };
@@ -285,7 +287,7 @@ std::string run_path(const std::string& id, const std::string& tail = "") {
 }
 
 void agents_submit(const ClientOptions& o) {
-  json spec = read_spec_file(o.spec_path);
+  agents::SpecJson spec = read_spec_file(o.spec_path);
   if (!spec.is_object()) throw Error(o.spec_path + ": a pipeline spec is a JSON object");
   const std::string input = run_input(o.input, o.input_file, spec);
   spec["input"] = input;

@@ -131,8 +131,8 @@ void serve(const ServeOptions& o) {
   ro.max_runs = o.max_runs;
   ro.kv_hints = !o.no_kv_hints;
   agents::PipelineRunner runner(store, spec_models, [&api](const std::string& name) {
-    const auto [engine, tmpl] = api.find_model(name);
-    return agents::AgentModel{engine, tmpl};
+    const server::ApiServer::ModelRef m = api.find_model(name);
+    return agents::AgentModel{m.engine, m.chat_template, m.grammars};
   }, ro);
   api.set_pipeline_runner(&runner);
   const int port = api.bind();
