@@ -114,8 +114,9 @@ TEST(TokenizeCli, VocabOnlyFilesOfAnyArchitecture) {
     ASSERT_FALSE(plain.out.empty()) << name;
     const CliRun with_bos = spool(dir.path, "tokenize -m " + path + " -p 'Hello world'");
     ASSERT_EQ(with_bos.status, 0) << name << ": " << with_bos.err;
-    if (std::string(name) == "llama-spm" || std::string(name) == "baichuan")
+    if (std::string(name) == "llama-spm" || std::string(name) == "baichuan") {
       EXPECT_EQ(with_bos.out, "1," + plain.out) << name << ": SentencePiece vocabs add BOS (id 1)";
+    }
     const CliRun info = spool(dir.path, "inspect " + path);
     EXPECT_EQ(info.status, 0) << name << ": " << info.err;
     EXPECT_NE(info.out.find("vocab-only"), std::string::npos) << info.out;
