@@ -24,12 +24,29 @@ install_deps() {
   fi
   local pkgs=(g++-aarch64-linux-gnu cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev
               libutf8proc-dev:arm64 libcurl4-openssl-dev:arm64 liburing-dev:arm64 libcpp-httplib-dev:arm64
-              libsqlite3-dev:arm64 libyaml-cpp-dev:arm64 libgtest-dev:arm64) missing=()
+              libsqlite3-dev:arm64 libyaml-cpp0.7:arm64 libyaml-cpp-dev libgtest-dev:arm64) missing=()
   command -v qemu-aarch64 >/dev/null || command -v qemu-aarch64-static >/dev/null || pkgs+=(qemu-user)
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if [ ${#missing[@]} -eq 0 ]; then return; fi
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  if [ ${#missing[@]} -gt 0 ]; then
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+  install_yaml_cpp_arm64_dev
+}
+
+# libyaml-cpp-dev is not multiarch co-installable: installing its :arm64 build
+# REMOVES the :amd64 one the x86 build needs (that broke the x86 build once).
+# Take the arm64 package's architecture-specific files (pkg-config file, .so
+# link, static library, CMake config under /usr/lib/aarch64-linux-gnu) from
+# its .deb instead; the headers are the amd64 package's (identical).
+install_yaml_cpp_arm64_dev() {
+  local sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  [ -f /usr/lib/aarch64-linux-gnu/pkgconfig/yaml-cpp.pc ] && return
+  local tmp; tmp="$(mktemp -d)"
+  (cd "$tmp" && chmod 777 . && apt-get download -q libyaml-cpp-dev:arm64)
+  dpkg -x "$tmp"/libyaml-cpp-dev_*_arm64.deb "$tmp/root"
+  $sudo cp -a "$tmp/root/usr/lib/aarch64-linux-gnu/." /usr/lib/aarch64-linux-gnu/
+  rm -rf "$tmp"
 }
 
 if [ -z "${SPOOL_ARM_SKIP_INSTALL:-}" ]; then
