@@ -11,6 +11,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 npm ci --prefix tests/api --no-audit --no-fund  # the official openai package, for tests/api
 npm ci --prefix tests/ui --no-audit --no-fund   # puppeteer-core, for the browser tests (tests/ui)
+npm ci --prefix examples/node --no-audit --no-fund  # koffi, for the Node example of the C API (tests/capi)
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
 caps=(scalar)
 if [ -z "${SPOOL_ISA:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx2 /proc/cpuinfo; then caps+=(avx2); fi

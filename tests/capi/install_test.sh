@@ -6,7 +6,8 @@
 #     `pkg-config spool-static` (libspool.a),
 #     and through find_package(spool) (examples/c/CMakeLists.txt), each prints
 #     the same greedy text as `spool run --temp 0` on stories260K;
-#   - examples/python/generate.py (ctypes) prints that text too;
+#   - examples/python/generate.py (ctypes) and examples/node/generate.mjs
+#     (koffi) print that text too;
 #   - tests/capi/capi_test.c built against the installed library passes.
 # Usage: tests/capi/install_test.sh BUILD_DIR SHARED_DIR
 set -euo pipefail
@@ -56,6 +57,14 @@ py_out="$(python3 "$src/examples/python/generate.py" --lib "$libdir/libspool.so.
 check_output "Python ctypes example" "$(head -n 1 <<<"$py_out")"
 grep -q '^tokens: 1,' <<<"$py_out" || fail "Python example: no token ids with BOS: $py_out"
 grep -q "^round trip: ' $prompt'" <<<"$py_out" || fail "Python example: detokenize did not round-trip: $py_out"
+
+# Node through koffi (examples/node; npm ci installs it when missing).
+if [ ! -f "$src/examples/node/node_modules/koffi/package.json" ]; then
+  npm ci --prefix "$src/examples/node" --no-audit --no-fund >&2
+fi
+node_out="$(node "$src/examples/node/generate.mjs" --lib "$libdir/libspool.so.1" "$model" "$prompt" 40 2>/dev/null)"
+check_output "Node koffi example" "$(head -n 1 <<<"$node_out")"
+grep -q '^tokens: 1,' <<<"$node_out" || fail "Node example: no token ids with BOS: $node_out"
 
 cc $cflags "$src/tests/capi/capi_test.c" $(pkg-config --cflags --libs spool) -Wl,-rpath,"$libdir" -o "$tmp/capi_test"
 "$tmp/capi_test" "$shared" >/dev/null || fail "capi_test against the installed library"
