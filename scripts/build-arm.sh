@@ -57,13 +57,22 @@ fi
 
 # The toolchain file re-roots CMake's package searches at /usr/aarch64-linux-gnu,
 # where no CMake package configs live: point at the multiarch ones directly.
+# The tests run the CLI through qemu (SPOOL_TEST_EXEC_PREFIX; no binfmt
+# needed), on Debian's multiarch loader (QEMU_LD_PREFIX=/, set by test-arm.sh).
+# ccache, when installed, makes rebuilds cheap (a fresh build compiles ~170 files).
 t0=$(date +%s)
 jobs="${SPOOL_ARM_JOBS:-$(nproc)}"
+qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
 cmake -S . -B build-arm64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+  -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake "${launcher[@]}" \
   -Dnlohmann_json_DIR=/usr/share/cmake/nlohmann_json \
   -DCLI11_DIR=/usr/share/cmake/CLI11 \
-  -DGTest_DIR=/usr/lib/aarch64-linux-gnu/cmake/GTest >/dev/null
+  -DGTest_DIR=/usr/lib/aarch64-linux-gnu/cmake/GTest \
+  "-DSPOOL_TEST_EXEC_PREFIX=$(basename "$qemu") -cpu max" >/dev/null
 read -r -a targets <<<"${SPOOL_ARM_TARGETS:-spool spool_tests}"
 for t in "${targets[@]}"; do
   if ! cmake --build build-arm64 -j"$jobs" --target "$t"; then
@@ -82,5 +91,4 @@ echo "build-arm: built ${targets[*]} in $(( $(date +%s) - t0 )) s"
 # loader (/usr/aarch64-linux-gnu) with that libc hangs in the first
 # pthread_create (seen as a hang with -t 2).
 export QEMU_LD_PREFIX=/
-qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
 "$qemu" -cpu max build-arm64/spool --version
