@@ -89,7 +89,7 @@ echo "test-arm: kernels OK (NEON table checked against the reference, with and w
 
 # ---- the whole spool for ARM64 under qemu (only with SPOOL_ARM_FULL=1) ----
 # Not yet in the default run: a fresh cross build compiles ~230 files (about
-# 35 min on 2 shared cores, 2026-12-03, ccache cold) and the emulated suite's
+# 55 min on 2 shared cores under load, 2026-12-03, ccache cold) and the emulated suite's
 # time is still being measured; see docs/C_API.md "ARM64 end to end".
 # scripts/build-arm.sh cross-builds the CLI and spool_tests against Debian's
 # :arm64 libraries (build-arm64/); they run on the multiarch loader
