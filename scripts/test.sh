@@ -11,13 +11,15 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 npm ci --prefix tests/api --no-audit --no-fund  # the official openai package, for tests/api
 npm ci --prefix tests/ui --no-audit --no-fund   # puppeteer-core, for the browser tests (tests/ui)
+npm ci --prefix examples/node --no-audit --no-fund  # koffi, for the Node example of the C API (tests/capi)
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
 caps=(scalar)
 if [ -z "${SPOOL_ISA:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx2 /proc/cpuinfo; then caps+=(avx2); fi
 for cap in "${caps[@]}"; do
   echo "== test suite with SPOOL_ISA=$cap"
-  # The browser tests (label ui) check the page, not the kernels: once is enough.
-  (cd build && SPOOL_ISA=$cap ctest --output-on-failure -j"$(nproc)" --timeout 600 -LE ui)
+  # The browser tests (label ui) check the page, and the install test (label
+  # install) the packaging of the C API, not the kernels: once is enough.
+  (cd build && SPOOL_ISA=$cap ctest --output-on-failure -j"$(nproc)" --timeout 600 -LE "ui|install")
 done
 if [ -z "${SPOOL_SKIP_ARM:-}" ]; then
   scripts/test-arm.sh

@@ -53,7 +53,7 @@ const std::string& stories() {
 }
 
 TEST(Cli, BinaryAndDataExist) {
-  ASSERT_TRUE(fs::exists(kBin)) << kBin << " is missing: build the spool target";
+  ASSERT_TRUE(fs::exists(SPOOL_BIN_FILE)) << SPOOL_BIN_FILE << " is missing: build the spool target";
   ASSERT_TRUE(fs::exists(stories())) << stories();
   ASSERT_TRUE(fs::exists(kShared + "/models/tinyllamas-stories-260k-f32.gguf"));
 }

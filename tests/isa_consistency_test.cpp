@@ -14,6 +14,7 @@
 
 #include "core/kernels.h"
 #include "format/safetensors.h"
+#include "test_util.h"
 
 using namespace spool;
 namespace fs = std::filesystem;
@@ -28,16 +29,9 @@ class IsaConsistency : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(IsaConsistency, LogitsMatchScalarReference) {
   const std::string type = GetParam();
-  const fs::path dir = fs::temp_directory_path() / ("spool-isa-test-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  // Removed however the test ends: ~35 MB per weight type, left behind by every run it filled the disk.
-  struct RemoveDir {
-    fs::path dir;
-    ~RemoveDir() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } remove_dir{dir};
+  // Removed at the end (a tiny model of each type and its logits: leaving them filled /tmp over many runs).
+  const spool::test::ScratchDir scratch("spool-isa-test");
+  const fs::path dir = scratch.path;
   const std::string model = (dir / ("tiny-" + type + ".gguf")).string();
   ASSERT_EQ(sh(kBin + " synth --arch llama --preset tiny --type " + type + " --out " + model + " 2>/dev/null"), 0);
   // 40 ids: enough rows to go through the batched (tiled / packed) kernels.

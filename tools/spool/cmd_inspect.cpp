@@ -11,6 +11,7 @@
 #include "model/gdn_config.h"
 #include "model/model.h"
 #include "model/synth_quant_mix.h"
+#include "model/tokenizer_file.h"
 
 namespace spool::cli {
 namespace {
@@ -92,8 +93,23 @@ void print_tensor_summary(const gguf::File& f, bool list) {
                 (unsigned long long)t.bytes);
 }
 
+// A tokenizer.json (or a directory with only that): the tokenizer and its chat template.
+void inspect_tokenizer_json(const std::string& path, bool all_metadata) {
+  const gguf::File f = open_tokenizer_file(path);
+  std::printf("file:          %s (Hugging Face tokenizer.json, no model)\n", path.c_str());
+  print_tokenizer(f);
+  const std::string tmpl = f.get_string("tokenizer.chat_template", "");
+  std::printf("chat template: %s\n", tmpl.empty() ? "none" : (std::to_string(tmpl.size()) + " bytes").c_str());
+  if (all_metadata) {
+    std::printf("\nmetadata (%zu keys):\n", f.kv.size());
+    for (const auto& [key, v] : f.kv)
+      std::printf("  %-44s %-4s %s\n", key.c_str(), gguf::value_type_name(v.type), v.to_string().c_str());
+  }
+}
+
 void inspect(const InspectOptions& o) {
   const std::string path = resolve_model_path(o.model);
+  if (is_tokenizer_json_path(path)) return inspect_tokenizer_json(path, o.all_metadata);
   const gguf::File f = open_model_file(path);
   const std::string arch = f.architecture();
   const std::string format = f.version ? "GGUF v" + std::to_string(f.version) : std::string("Hugging Face safetensors");
@@ -109,8 +125,13 @@ void inspect(const InspectOptions& o) {
   for (const auto& [key, v] : f.kv)
     if (!arch.empty() && key.rfind(arch + ".", 0) == 0) std::printf("  %-44s %s\n", key.c_str(), v.to_string().c_str());
   print_tokenizer(f);
-  print_kv_cost(f);
-  print_tensor_summary(f, o.tensors);
+  if (f.manifest.tensors.empty()) {
+    // llama.cpp's vocab-only files: `spool tokenize` works on them, run does not.
+    std::printf("tensors:       none (a vocab-only file: the tokenizer alone)\n");
+  } else {
+    print_kv_cost(f);
+    print_tensor_summary(f, o.tensors);
+  }
   if (o.all_metadata) {
     std::printf("\nmetadata (%zu keys):\n", f.kv.size());
     for (const auto& [key, v] : f.kv)
@@ -122,8 +143,8 @@ void inspect(const InspectOptions& o) {
 
 void add_inspect_command(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Describe a model (GGUF or HF directory): metadata, tokenizer, tensors, KV cost");
-  cmd->add_option("model,-m,--model", o->model, "Model: GGUF file or Hugging Face directory");
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe a model (GGUF or HF directory) or a tokenizer alone (vocab-only GGUF, tokenizer.json): metadata, tokenizer, tensors, KV cost");
+  cmd->add_option("model,-m,--model", o->model, "Model: GGUF file or Hugging Face directory, or tokenizer.json");
   cmd->add_flag("--tensors", o->tensors, "List every tensor (name, type, shape, bytes)");
   cmd->add_flag("--metadata", o->all_metadata, "Print every metadata key");
   cmd->callback([o] { inspect(*o); });
