@@ -2,6 +2,11 @@
 // Gated DeltaNet linear attention (three of every four layers, with a
 // per-sequence recurrent state) and gated full attention, each layer followed
 // by a mixture of experts with a gated shared expert (blocks: gdn_model.h).
+// Qwen3.5-MoE's text model (GGUF "qwen35moe", HF qwen3_5_moe) is the same
+// forward with separate q/k/v, z, b and a projections (resolved at load) and
+// the value heads tiled rather than grouped in llama.cpp's files; its text
+// positions are equal on all three interleaved-MRoPE axes, so the rotation is
+// plain NeoX on the rotary dims.
 #include "model/arch_registry.h"
 #include "model/gdn_model.h"
 #include "model/ops.h"
@@ -11,8 +16,9 @@ namespace {
 
 class Qwen3NextModel final : public GatedDeltaNetModel {
  public:
-  // llama.cpp's qwen3next keeps value heads grouped by key head, as the checkpoint does.
-  explicit Qwen3NextModel(ModelParts parts) : GatedDeltaNetModel(std::move(parts), true) {}
+  // v_grouped: llama.cpp's qwen3next keeps value heads grouped by key head, as
+  // the checkpoints do; its converter tiles qwen35moe's (head j uses key head j % n_k).
+  Qwen3NextModel(ModelParts parts, bool v_grouped) : GatedDeltaNetModel(std::move(parts), v_grouped) {}
 
   void forward(const Batch& batch, KvCache& kv, float* logits) override {
     const ModelConfig& c = config_;
@@ -43,7 +49,11 @@ class Qwen3NextModel final : public GatedDeltaNetModel {
 }  // namespace
 
 std::unique_ptr<Model> make_qwen3next_model(ModelParts parts) {
-  return std::make_unique<Qwen3NextModel>(std::move(parts));
+  return std::make_unique<Qwen3NextModel>(std::move(parts), true);
+}
+
+std::unique_ptr<Model> make_qwen35moe_model(ModelParts parts) {
+  return std::make_unique<Qwen3NextModel>(std::move(parts), false);
 }
 
 }  // namespace spool
