@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 #include "agents/kv_hints.h"
 #include "agents/prompt_template.h"
@@ -158,15 +159,18 @@ void RunExecutor::run_stage(const Stage& s, int round) {
   const int ord0 = next_ord_;
   next_ord_ += (int)jobs.size();
   std::vector<AgentOutput> outs(jobs.size());
-  const auto run_job = [&](size_t i) { outs[i] = run_agent(*jobs[i].agent, round, ord0 + (int)i, jobs[i].step, jobs[i].item); };
+  StartGate gate(jobs.size());
+  const auto run_job = [&](size_t i, StartGate* g) {
+    outs[i] = run_agent(*jobs[i].agent, round, ord0 + (int)i, jobs[i].step, jobs[i].item, g);
+  };
   if (s.kind != Stage::Kind::Agent && run_->spec.enable_batch && jobs.size() > 1) {
-    // Submitted together: the scheduler decodes them in one batch.
+    // Submitted together (after the gate): the scheduler decodes them in one batch.
     std::vector<std::thread> threads;
     std::vector<std::exception_ptr> errors(jobs.size());
     for (size_t i = 0; i < jobs.size(); ++i) {
       threads.emplace_back([&, i] {
         try {
-          run_job(i);
+          run_job(i, &gate);
         } catch (...) {
           errors[i] = std::current_exception();
           run_->cancel_requests();  // the stage has failed: stop the siblings (their errors are secondary)
@@ -177,7 +181,7 @@ void RunExecutor::run_stage(const Stage& s, int round) {
     for (const std::exception_ptr& e : errors)
       if (e) std::rethrow_exception(e);
   } else {
-    for (size_t i = 0; i < jobs.size(); ++i) run_job(i);
+    for (size_t i = 0; i < jobs.size(); ++i) run_job(i, nullptr);
   }
   if (jobs.size() == 1 && !for_each) {
     previous_ = outs[0].text;
@@ -273,7 +277,15 @@ RunExecutor::StepResult RunExecutor::attempt(const AgentSpec& a, const AgentMode
 }
 
 AgentOutput RunExecutor::run_agent(const AgentSpec& a, int round, int ord, const std::string& step,
-                                   const nlohmann::ordered_json* item) {
+                                   const nlohmann::ordered_json* item, StartGate* gate) {
+  // Arrives at the gate on every way out that did not pass it.
+  struct GateGuard {
+    StartGate* g;
+    void pass(bool wait) {
+      if (g) std::exchange(g, nullptr)->arrive(wait);
+    }
+    ~GateGuard() { pass(false); }
+  } gate_guard{gate};
   const auto key = std::make_pair(step, round);
   if (const auto it = done_.find(key); it != done_.end()) {  // finished before a restart: not run again
     AgentOutput out = make_output(a, it->second.output);      // parsed again from the stored text
@@ -298,6 +310,7 @@ AgentOutput RunExecutor::run_agent(const AgentSpec& a, int round, int ord, const
     st.status = "running";
     record(&st, {{"type", "start"}, {"agent", step}, {"round", round}, {"attempt", attempt_no}},
            {tag + " START attempt=" + std::to_string(attempt_no) + where});
+    gate_guard.pass(true);  // the siblings' starts are recorded: submit together
     StepResult r;
     if (attempt_no <= fail_first) r.error = "injected failure (SPOOL_FAILPOINTS)";
     else r = attempt(a, m, round, step, item);

@@ -41,6 +41,25 @@ struct PipelineRunner::Run {
   }
 };
 
+// The siblings of a parallel or for_each stage meet here after each has
+// recorded its start, so their engine requests go in together (one batch)
+// and no sibling can finish before another has started. Every sibling
+// arrives exactly once: at the gate, or on its way out (error, resume).
+class StartGate {
+ public:
+  explicit StartGate(size_t n) : left_(n) {}
+  void arrive(bool wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (left_ > 0 && --left_ == 0) cv_.notify_all();
+    if (wait) cv_.wait(lock, [&] { return left_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t left_;
+};
+
 // Thrown through the executor when the run must stop.
 struct RunCancelled {};
 struct RunStopping {};  // server shutting down: leave the run resumable
@@ -66,8 +85,9 @@ class RunExecutor {
   void update_hints(size_t pos);
   // One step: agent `a` as step `step` (its name, or "name[i]" for element
   // `item` of a for_each stage).
+  // gate: the stage's StartGate when its steps run together (nullptr otherwise).
   AgentOutput run_agent(const AgentSpec& a, int round, int ord, const std::string& step,
-                        const nlohmann::ordered_json* item);
+                        const nlohmann::ordered_json* item, StartGate* gate = nullptr);
   // The output as later templates see it (parsed when the agent has an output_schema; throws std::exception).
   static AgentOutput make_output(const AgentSpec& a, const std::string& text);
   std::vector<int32_t> build_prompt(const AgentSpec& a, int round, const AgentModel& m, int& max_tokens,
