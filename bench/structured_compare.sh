@@ -15,6 +15,8 @@
 #   CTX=512 (per sequence)  MAX_TOKENS=96 (free text, ignore_eos)  SCHEMA_MAX_TOKENS=400 (enough for a
 #   constrained answer to finish: llama-server answers a cut-off one with a 500)  ROUNDS=2  CONCURRENCY="1 8"  PORT=18400
 #   SPOOL_ISA (passed through: set avx2 to compare with an AVX2-only llama.cpp build)
+#   CPUS (e.g. 4-7: both servers run under taskset -c CPUS, the load generator outside them)
+#   NODE=node (the node binary that runs bench/serve_load.mjs)
 set -euo pipefail
 export SERVE_LOAD_TOLERATE_ERRORS=1
 
@@ -35,6 +37,9 @@ SCHEMA_MAX_TOKENS=${SCHEMA_MAX_TOKENS:-400}
 ROUNDS=${ROUNDS:-2}
 CONCURRENCY=${CONCURRENCY:-"1 8"}
 PORT=${PORT:-18400}
+NODE=${NODE:-node}
+PIN=()
+[ -n "${CPUS:-}" ] && PIN=(taskset -c "$CPUS")
 mkdir -p "$DIR"
 RUN=$(mktemp -d "$DIR/structured-XXXXXX")
 cut -d' ' -f1-3 /proc/loadavg >"$RUN/load-start.txt" 2>/dev/null || true
@@ -68,22 +73,22 @@ wait_ready() {
 measure() {  # name round
   local log="$RUN/$1-$2.log"
   case "$1" in
-    spool) "$SPOOL" serve -m "$MODEL" --port "$PORT" -t "$THREADS" -c "$CTX" --parallel 8 >"$log" 2>&1 & ;;
-    llama) "$LLAMA_SERVER" -m "$MODEL" --port "$PORT" -t "$THREADS" -np 8 -c $((8 * CTX)) >"$log" 2>&1 & ;;
+    spool) "${PIN[@]}" "$SPOOL" serve -m "$MODEL" --port "$PORT" -t "$THREADS" -c "$CTX" --parallel 8 >"$log" 2>&1 & ;;
+    llama) "${PIN[@]}" "$LLAMA_SERVER" -m "$MODEL" --port "$PORT" -t "$THREADS" -np 8 -c $((8 * CTX)) >"$log" 2>&1 & ;;
   esac
   SERVER_PID=$!
   wait_ready "$1"
-  node "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" 1 8 >/dev/null  # warm-up
+  "$NODE" "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" 1 8 >/dev/null  # warm-up
   for mode in free nested enum; do
     local n=$MAX_TOKENS
     if [ "$mode" != free ]; then
       n=$SCHEMA_MAX_TOKENS
       # Warm the grammar (compile + first masks) as a server would be after its first request.
-      SERVE_LOAD_EXTRA=$(cat "$RUN/$mode.json") node "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" 1 "$n" >/dev/null
+      SERVE_LOAD_EXTRA=$(cat "$RUN/$mode.json") "$NODE" "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" 1 "$n" >/dev/null
     fi
     for c in $CONCURRENCY; do
       echo "== round $2/$ROUNDS $1 $mode concurrency $c" >&2
-      SERVE_LOAD_EXTRA=$(cat "$RUN/$mode.json") node "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" "$c" "$n" |
+      SERVE_LOAD_EXTRA=$(cat "$RUN/$mode.json") "$NODE" "$REPO/bench/serve_load.mjs" "http://127.0.0.1:$PORT" "$c" "$n" |
         sed "s/^{/{\"mode\":\"$mode\",/" | tee -a "$RUN/$1.jsonl" >&2
     done
   done

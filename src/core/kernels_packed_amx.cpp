@@ -4,12 +4,18 @@
 // (16 rows x 32 elements) is already AMX's B operand: 8 rows of 4-element
 // chunks x 16 weight rows x 4 bytes (Q8_0 as is, Q4_0 after splitting the
 // nibbles into a per-thread buffer once per group). A is 16 activation rows
-// x 32 int8 levels; tdpbsud (signed activations x unsigned weights) gives
-// each block's exact integer sums for 16 tokens x 16 rows. The float
-// epilogue is the VNNI kernel's, instruction for instruction, per (token,
-// row): sum + bias, to float, times (weight scale * activation scale), fused
-// into the accumulator block by block. So a token's result is bit-identical
-// whichever kernel and tile width computed it (batch invariance).
+// x 32 int8 levels. The packed bytes are unsigned (Q8_0 stores w + 128, Q4_0
+// w + 8) because VNNI multiplies unsigned by signed and adds a per-token bias
+// of -offset * sum(levels); here each group's blocks are copied once as
+// signed weights, so tdpbssd gives sum + bias directly and the epilogue
+// skips the bias load and add. The float epilogue is otherwise the VNNI
+// kernel's per (token, row): integer sum to float, times (weight scale *
+// activation scale), fused into the accumulator block by block; the integer
+// sums are equal, so a token's result is bit-identical whichever kernel and
+// tile width computed it (batch invariance). The epilogue dominates the
+// tile work (16 tokens x 3 vector ops per block against one tile multiply),
+// so the activation scales of a tile are gathered once per call, block-major,
+// to be broadcast straight from memory.
 #include <immintrin.h>
 
 #include <vector>
@@ -33,7 +39,7 @@ constexpr size_t kBlockBytes = 2 * kRows + (kNibbles ? 4 : 8) * 64;
 constexpr size_t kBTileBytes = 8 * 64;  // one block as B: 8 rows of 64 bytes
 
 // Palette 1: tmm0/1 C (16 tokens x 16 int32), tmm2/3 A (16 tokens x 32
-// bytes), tmm4/5 B (8 rows x 64 bytes). Two of each so block b + 1's tile
+// bytes), tmm4/5 B (8 rows x 64 bytes, signed). Two of each so block b + 1's tile
 // work overlaps block b's epilogue.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -60,14 +66,14 @@ constexpr TileConfig kTileConfig = make_tile_config();
 
 void load_tile_config() { _tile_loadconfig(&kTileConfig); }
 
-// One tile of activations: rows q + j * q_stride (int8 levels), and each
-// token's per-block float scales and int32 biases.
+// One tile of activations: rows q + j * q_stride (int8 levels), and the
+// tokens' float scales, block-major: d[b * 16 + j] (rows past n_tokens repeat
+// row 0's and are never stored).
 struct ActTile {
   const uint8_t* q;
   size_t q_stride;
-  const float* d[kTileTokens];
-  const int32_t* bias[kTileTokens];
-  int n_tokens;  // valid rows; the others repeat row 0 and are never stored
+  const float* d;
+  int n_tokens;
 };
 
 // Block b's integer sums into c (16 tokens x 16 rows, row-major), on tile
@@ -78,20 +84,23 @@ struct ActTile {
     _tile_loadd(kA, at.q + b * kQK, (long)at.q_stride);                                   \
     _tile_loadd(kB, b_tile, 64);                                                          \
     _tile_zero(kC);                                                                       \
-    _tile_dpbsud(kC, kA, kB);                                                             \
+    _tile_dpbssd(kC, kA, kB);                                                \
+                                                             \
     _tile_stored(kC, c, 64);                                                              \
   }
 SPOOL_AMX_BLOCK_SUMS(0, 2, 4)
 SPOOL_AMX_BLOCK_SUMS(1, 3, 5)
 #undef SPOOL_AMX_BLOCK_SUMS
 
-// The VNNI kernel's epilogue for block b (see LegacyPacked::tile).
+// The VNNI kernel's epilogue for block b (see LegacyPacked::tile); c holds
+// the sums with the bias already in them.
 inline void block_epilogue(const ActTile& at, const uint8_t* blk, int64_t b, const int32_t* c, __m512* acc) {
   const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)blk));
+  const float* d = at.d + b * kTileTokens;
   #pragma GCC unroll 16
   for (int j = 0; j < kTileTokens; ++j) {
-    const __m512i sum = _mm512_add_epi32(_mm512_set1_epi32(at.bias[j][b]), _mm512_load_si512(c + kRows * j));
-    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(wd, _mm512_set1_ps(at.d[j][b])), acc[j]);
+    const __m512i sum = _mm512_load_si512(c + kRows * j);
+    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(wd, _mm512_set1_ps(d[j])), acc[j]);
   }
 }
 
@@ -117,32 +126,39 @@ void group_tile(int64_t nb, const uint8_t* wg, const uint8_t* bw, size_t b_step,
   for (int j = 0; j < at.n_tokens; ++j) _mm512_mask_storeu_ps(c + j * ldc, mask, acc[j]);
 }
 
-// Q4_0 group -> B tiles: block b's chunk m (m < 4) from the low nibbles of
-// packed chunk m, chunk m + 4 from its high nibbles, as the VNNI kernel does.
-void unpack_nibbles(int64_t nb, const uint8_t* wg, uint8_t* out) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
+// A group -> signed B tiles. Q4_0: block b's chunk m (m < 4) from the low
+// nibbles of packed chunk m, chunk m + 4 from its high nibbles, as the VNNI
+// kernel does, minus 8; Q8_0: the stored w + 128 back to w.
+template <bool kNibbles>
+void unpack_signed(int64_t nb, const uint8_t* wg, uint8_t* out) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8), sign = _mm512_set1_epi8((char)0x80);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* qs = wg + b * kBlockBytes<true> + 2 * kRows;
+    const uint8_t* qs = wg + b * kBlockBytes<kNibbles> + 2 * kRows;
     uint8_t* o = out + b * kBTileBytes;
-    #pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) {
-      const __m512i raw = _mm512_loadu_si512(qs + 64 * m);
-      _mm512_storeu_si512(o + 64 * m, _mm512_and_si512(raw, low4));
-      _mm512_storeu_si512(o + 64 * (m + 4), _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
+    if constexpr (kNibbles) {
+      #pragma GCC unroll 4
+      for (int m = 0; m < 4; ++m) {
+        const __m512i raw = _mm512_loadu_si512(qs + 64 * m);
+        _mm512_storeu_si512(o + 64 * m, _mm512_sub_epi8(_mm512_and_si512(raw, low4), eight));
+        _mm512_storeu_si512(o + 64 * (m + 4),
+                            _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low4), eight));
+      }
+    } else {
+      #pragma GCC unroll 8
+      for (int m = 0; m < 8; ++m) _mm512_storeu_si512(o + 64 * m, _mm512_xor_si512(_mm512_loadu_si512(qs + 64 * m), sign));
     }
   }
 }
 
-ActTile act_tile(const uint8_t* act, size_t as, int64_t n_cols, int n_tokens, const uint8_t* q, size_t q_stride) {
-  ActTile at;
-  at.q = q, at.q_stride = q_stride, at.n_tokens = n_tokens;
+// Tokens act .. act + n_tokens: their scales into d (nb x 16, block-major).
+ActTile act_tile(const uint8_t* act, size_t as, int64_t n_cols, int n_tokens, const uint8_t* q, size_t q_stride,
+                 float* d) {
   const int64_t nb = n_cols / kQK;
   for (int j = 0; j < kTileTokens; ++j) {
-    const uint8_t* row = act + (j < n_tokens ? j : 0) * as;
-    at.d[j] = reinterpret_cast<const float*>(row + n_cols);
-    at.bias[j] = reinterpret_cast<const int32_t*>(at.d[j] + nb);
+    const float* row_d = reinterpret_cast<const float*>(act + (j < n_tokens ? j : 0) * as + n_cols);
+    for (int64_t b = 0; b < nb; ++b) d[b * kTileTokens + j] = row_d[b];
   }
-  return at;
+  return ActTile{q, q_stride, d, n_tokens};
 }
 
 PackedKernels g_vnni[2];  // the AVX-512 table's packed Q8_0 [0] and Q4_0 [1]
@@ -160,11 +176,21 @@ void gemm_amx(int64_t n_cols, const void* w, int64_t n_rows, const void* act_v, 
   const int rem = (int)(n_tokens - n_full);
   // The last partial tile's levels, zero-padded to 16 rows: A always loads 16.
   thread_local std::vector<uint8_t> pad, unpacked;
+  thread_local std::vector<float> scales;
   if (rem > 0) {
     pad.assign(kTileTokens * n_cols, 0);
     for (int j = 0; j < rem; ++j) std::memcpy(pad.data() + j * n_cols, act + (n_full + j) * as, n_cols);
   }
-  if constexpr (kNibbles) unpacked.resize(nb * kBTileBytes);
+  unpacked.resize(nb * kBTileBytes);
+  const int64_t n_tiles = (n_tokens + kTileTokens - 1) / kTileTokens;
+  scales.resize(n_tiles * nb * kTileTokens);
+  std::vector<ActTile> tiles;
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    const int64_t t = i * kTileTokens;
+    float* d = scales.data() + i * nb * kTileTokens;
+    tiles.push_back(t < n_full ? act_tile(act + t * as, as, n_cols, kTileTokens, act + t * as, as, d)
+                               : act_tile(act + t * as, as, n_cols, rem, pad.data(), n_cols, d));
+  }
   load_tile_config();
   // The tile-load intrinsics are asm without a memory clobber: make the
   // compiler finish the buffer writes (pad here, unpacked below) first.
@@ -174,20 +200,11 @@ void gemm_amx(int64_t n_cols, const void* w, int64_t n_rows, const void* act_v, 
   const size_t group_bytes = nb * kBlockBytes<kNibbles>;
   for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
     const __mmask16 mask = row_mask(n_rows - g * kRows);
-    const uint8_t* bw = wg + 2 * kRows;
-    size_t b_step = kBlockBytes<kNibbles>;
-    if constexpr (kNibbles) {
-      unpack_nibbles(nb, wg, unpacked.data());
-      fence_writes();
-      bw = unpacked.data(), b_step = kBTileBytes;
-    }
-    for (int64_t t = 0; t < n_full; t += kTileTokens) {
-      const ActTile at = act_tile(act + t * as, as, n_cols, kTileTokens, act + t * as, as);
-      group_tile<kNibbles>(nb, wg, bw, b_step, at, c + t * ldc + g * kRows, ldc, mask);
-    }
-    if (rem > 0) {
-      const ActTile at = act_tile(act + n_full * as, as, n_cols, rem, pad.data(), n_cols);
-      group_tile<kNibbles>(nb, wg, bw, b_step, at, c + n_full * ldc + g * kRows, ldc, mask);
+    unpack_signed<kNibbles>(nb, wg, unpacked.data());
+    fence_writes();
+    for (int64_t i = 0; i < n_tiles; ++i) {
+      group_tile<kNibbles>(nb, wg, unpacked.data(), kBTileBytes, tiles[i], c + i * kTileTokens * ldc + g * kRows,
+                           ldc, mask);
     }
   }
   _tile_release();
