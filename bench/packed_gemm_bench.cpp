@@ -34,11 +34,15 @@ Options parse(int argc, char** argv) {
     if (flag == "-t") o.n_tokens = v;
     else if (flag == "-r") o.n_rows = v;
     else if (flag == "-c") o.n_cols = v;
-    else if (flag == "-n") o.reps = (int)v;
+    else if (flag == "-n") o.reps = (int)std::max(1L, v);
     else {
       std::fprintf(stderr, "usage: %s [-t TOKENS] [-r ROWS] [-c COLS] [-n REPS]\n", argv[0]);
       std::exit(2);
     }
+  }
+  if (o.n_tokens < 1 || o.n_rows < 1 || o.n_cols < 256 || o.n_cols % 256 != 0) {
+    std::fprintf(stderr, "%s: need TOKENS >= 1, ROWS >= 1 and COLS a multiple of 256 (the K-quant block)\n", argv[0]);
+    std::exit(2);
   }
   return o;
 }
