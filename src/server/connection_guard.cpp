@@ -286,10 +286,12 @@ bool GuardedHttpServer::process_and_close_socket(int sock) {
     refuse_later(sock);
     return false;
   }
-  GuardedStream strm(sock, limits_);
   bool ret = false;
   for (size_t left = limits_.keep_alive_max_requests; left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
-    if (!strm.buffered() && !wait_for_request(sock)) break;
+    if (!wait_for_request(sock)) break;
+    // A stream per request, as httplib does: what a request left unread in the
+    // buffer (a body a 401 did not need) is dropped with it.
+    GuardedStream strm(sock, limits_);
     strm.start_request();
     bool closed = false;
     ret = process_request(strm, left == 1, closed, nullptr);
