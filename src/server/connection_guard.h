@@ -111,7 +111,12 @@ class GuardedHttpServer : public httplib::Server {
 
   // Before listening. The keep-alive and timeout settings of httplib::Server
   // are replaced by these.
-  void set_limits(const ConnectionLimits& limits) { limits_ = limits; }
+  void set_limits(const ConnectionLimits& limits) {
+    limits_ = limits;
+    // httplib still writes these into each response's Keep-Alive header.
+    set_keep_alive_max_count(limits.keep_alive_max_requests);
+    set_keep_alive_timeout(limits.keep_alive_timeout_s);
+  }
   const ConnectionLimits& limits() const { return limits_; }
   // The JSON body for an answer the guard writes itself (431, 408, 503), and a
   // hook told of each such answer (metrics).
