@@ -17,9 +17,10 @@ caps=(scalar)
 if [ -z "${SPOOL_ISA:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx2 /proc/cpuinfo; then caps+=(avx2); fi
 for cap in "${caps[@]}"; do
   echo "== test suite with SPOOL_ISA=$cap"
-  # The browser tests (label ui) check the page, and the install test (label
-  # install) the packaging of the C API, not the kernels: once is enough.
-  (cd build && SPOOL_ISA=$cap ctest --output-on-failure -j"$(nproc)" --timeout 600 -LE "ui|install")
+  # The browser tests (label ui) check the page, the install test (label
+  # install) the packaging of the C API, and the reliability tests (label
+  # reliability) the server's limits, not the kernels: once is enough.
+  (cd build && SPOOL_ISA=$cap ctest --output-on-failure -j"$(nproc)" --timeout 600 -LE "ui|install|reliability")
 done
 if [ -z "${SPOOL_SKIP_ARM:-}" ]; then
   scripts/test-arm.sh

@@ -12,6 +12,7 @@
 #include "server/openai_format.h"
 #include "server/tool_call_stream.h"
 #include "server/request_channel.h"
+#include "server/request_deadline.h"
 #include "server/server_context.h"
 
 namespace spool::server {
@@ -41,6 +42,8 @@ struct StreamState {
   Engine* engine = nullptr;
   std::shared_ptr<RequestChannel> channel;
   RequestId id = 0;
+  RequestOutcomes* outcomes = nullptr;
+  RequestDeadline deadline;
   ResponseMeta meta;
   bool include_usage = false;
   bool finished = false;
@@ -78,7 +81,18 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
   };
   const auto cancel = [&] {
     st.engine->cancel(st.id);
+    st.finished = true;
+    ++st.outcomes->cancelled;
     return false;  // closes the connection
+  };
+  // Past --request-timeout: cancelled, and the stream ends with an error event.
+  const auto timed_out = [&] {
+    st.engine->cancel(st.id);
+    st.finished = true;
+    ++st.outcomes->cancelled;
+    write(sse_data(error_json(st.deadline.error())));
+    sink.done();
+    return true;
   };
   const TokenText text = [&](int32_t t) { return st.engine->model().tokenizer().token_to_piece(t); };
   if (st.meta.endpoint == Endpoint::ChatCompletions && !st.role_sent) {
@@ -87,6 +101,7 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
   }
   while (true) {
     const std::vector<RequestEvent> events = st.channel->wait(kPollInterval);
+    if (events.empty() && st.deadline.passed()) return timed_out();
     if (events.empty()) {
       if (Clock::now() - last_write >= kKeepAliveInterval && !write(": keep-alive\n\n")) return cancel();
       continue;
@@ -94,6 +109,7 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
     for (const RequestEvent& ev : events) {
       if (ev.finished && ev.reason == FinishReason::Error) {
         st.finished = true;
+        ++st.outcomes->failed;
         write(sse_data(error_json(ApiError(500, "generation failed: " + ev.error, "server_error", "engine_error"))));
         sink.done();
         return true;
@@ -108,6 +124,7 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
       sink.done();
       return true;
     }
+    if (st.deadline.passed()) return timed_out();
   }
 }
 
@@ -115,6 +132,8 @@ struct WholeState {
   Engine* engine = nullptr;
   std::shared_ptr<RequestChannel> channel;
   RequestId id = 0;
+  RequestOutcomes* outcomes = nullptr;
+  RequestDeadline deadline;
   ResponseMeta meta;
   Generation g;
 };
@@ -130,14 +149,26 @@ bool send_whole(WholeState& st, httplib::DataSink& sink) {
   auto last_write = Clock::now();
   while (!st.g.finished) {
     for (const RequestEvent& ev : st.channel->wait(kPollInterval)) st.g.add(ev);
+    if (!st.g.finished && st.deadline.passed()) {
+      st.engine->cancel(st.id);
+      ++st.outcomes->cancelled;
+      const std::string body = dump_json(error_json(st.deadline.error()));
+      st.g.finished = true;  // nothing left to cancel when the connection ends
+      if (!sink.write(body.data(), body.size())) return false;
+      sink.done();
+      return true;
+    }
     if (!st.g.finished && Clock::now() - last_write >= kKeepAliveInterval) {
       last_write = Clock::now();
       if (!sink.write(" ", 1)) {
         st.engine->cancel(st.id);
+        st.g.finished = true;
+        ++st.outcomes->cancelled;
         return false;
       }
     }
   }
+  if (st.g.reason == FinishReason::Error) ++st.outcomes->failed;
   const std::string body =
       st.g.reason == FinishReason::Error
           ? dump_json(error_json(ApiError(500, "generation failed: " + st.g.error, "server_error", "engine_error")))
@@ -150,6 +181,7 @@ bool send_whole(WholeState& st, httplib::DataSink& sink) {
 }  // namespace
 
 void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  const RequestDeadline deadline(ctx.options.request_timeout_s);
   const json body = parse_json_body(req);
   const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(req.body, nullptr, false);
   const ApiRequest api = parse_api_request(body, endpoint, ordered.is_object() ? &ordered : nullptr);
@@ -173,11 +205,20 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
     st->engine = served.engine;
     st->channel = channel;
     st->id = id;
+    st->deadline = deadline;
+    st->outcomes = &ctx.outcomes;
     st->meta = meta;
-    const auto deadline = Clock::now() + kSyncGrace;
-    while (!st->g.finished && Clock::now() < deadline)
+    const auto grace_end = Clock::now() + kSyncGrace;
+    while (!st->g.finished && Clock::now() < grace_end) {
       for (const RequestEvent& ev : channel->wait(kPollInterval)) st->g.add(ev);
+      if (!st->g.finished && deadline.passed()) {
+        served.engine->cancel(id);
+        ++ctx.outcomes.cancelled;
+        throw deadline.error();
+      }
+    }
     if (st->g.finished) {
+      if (st->g.reason == FinishReason::Error) ++ctx.outcomes.failed;
       if (st->g.reason == FinishReason::Error)
         throw ApiError(500, "generation failed: " + st->g.error, "server_error", "engine_error");
       res.set_content(whole_body(*st), "application/json");
@@ -186,7 +227,9 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
     res.set_chunked_content_provider(
         "application/json", [st](size_t, httplib::DataSink& sink) { return send_whole(*st, sink); },
         [st](bool) {
-          if (!st->g.finished) st->engine->cancel(st->id);  // the connection ended early
+          if (st->g.finished) return;
+          st->engine->cancel(st->id);  // the connection ended early
+          ++st->outcomes->cancelled;
         });
     return;
   }
@@ -195,13 +238,17 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   st->engine = served.engine;
   st->channel = channel;
   st->id = id;
+  st->deadline = deadline;
+  st->outcomes = &ctx.outcomes;
   st->meta = meta;
   st->include_usage = api.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream", [st](size_t, httplib::DataSink& sink) { return stream_events(*st, sink); },
       [st](bool) {
-        if (!st->finished) st->engine->cancel(st->id);  // the connection ended early
+        if (st->finished) return;
+        st->engine->cancel(st->id);  // the connection ended early
+        ++st->outcomes->cancelled;
       });
 }
 

@@ -88,13 +88,33 @@ void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib:
 }
 
 // Bodies for errors httplib raises itself (no route, body too large).
-ApiError error_for_status(const httplib::Request& req, int status, size_t max_body) {
+ApiError error_for_status(const httplib::Request& req, int status, const ServerOptions& o) {
   switch (status) {
     case 404: return ApiError(404, "no route " + req.method + " " + req.path, "invalid_request_error", "not_found");
     case 413:
-      return ApiError(413, "the request body is larger than the server's limit of " + std::to_string(max_body) + " bytes",
+      return ApiError(413, "the request body is larger than the server's limit of " + std::to_string(o.max_body_bytes) +
+                               " bytes (--max-body)",
                       "invalid_request_error", "payload_too_large");
     case 400: return ApiError(400, "malformed HTTP request", "invalid_request_error", "bad_request");
+    case 408:
+      return ApiError(408, "the request header took longer than the server's limit of " +
+                               std::to_string(o.header_timeout_s) + " s (--header-timeout)",
+                      "invalid_request_error", "request_header_timeout");
+    case 414:
+      return ApiError(414, "the request URI is longer than the server's limit of 8192 bytes", "invalid_request_error",
+                      "uri_too_long");
+    case 431:
+      return ApiError(431, "the request header is larger than the server's limit of " +
+                               std::to_string(o.max_header_bytes) + " bytes or " + std::to_string(o.max_header_lines) +
+                               " lines (--max-header-bytes, --max-headers)",
+                      "invalid_request_error", "header_too_large");
+    case 503: {
+      ApiError e(503, "the server is at its connection limit of " + std::to_string(o.max_connections) +
+                          " (--max-connections); retry later",
+                 "server_error", "too_many_connections");
+      e.retry_after_s = 1;
+      return e;
+    }
     default:
       return ApiError(status, "HTTP error " + std::to_string(status),
                       status >= 500 ? "server_error" : "invalid_request_error");
@@ -115,7 +135,7 @@ void add_routes(ServerContext& ctx) {
       if (store.streaming()) weights[i] = store.stats_snapshot();
       figures.push_back({m.id, m.engine->stats(), store.streaming() ? &weights[i] : nullptr});
     }
-    res.set_content(render_metrics(figures, c.counters.snapshot()) + pipeline_metrics(c),
+    res.set_content(render_metrics(figures, c.counters.snapshot()) + c.outcomes.render() + pipeline_metrics(c),
                     "text/plain; version=0.0.4");
   }));
   http.Get("/v1/models", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
@@ -174,7 +194,7 @@ void add_hooks(ServerContext& ctx) {
   ctx.http.set_error_handler(
       httplib::Server::HandlerWithResponse([&ctx](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // already an API error
-        write_error(res, error_for_status(req, res.status, ctx.options.max_body_bytes));
+        write_error(res, error_for_status(req, res.status, ctx.options));
         return httplib::Server::HandlerResponse::Handled;
       }));
   ctx.http.set_logger([&ctx](const httplib::Request&, const httplib::Response& res) { ctx.counters.count(res.status); });
@@ -214,13 +234,24 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
   std::signal(SIGPIPE, SIG_IGN);  // a vanished client must be a failed write, not a dead process
   ctx_->created = std::time(nullptr);
   add_model(engine, ctx_->options.model_id, ctx_->options.model_aliases);
-  const EngineOptions& eo = engine.options();
-  const int for_requests = ctx_->options.http_threads > 0 ? ctx_->options.http_threads
-                                                          : eo.max_running + eo.max_waiting + 8;
-  const int threads = std::max(for_requests, ctx_->options.max_connections);
-  ctx_->http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
-  ctx_->http.set_payload_max_length(ctx_->options.max_body_bytes);
-  ctx_->http.set_read_timeout(std::max(1, ctx_->options.read_timeout_s), 0);
+  // One worker per connection, --max-connections of them; one more connection gets 503.
+  const int threads = std::max(1, ctx_->options.http_threads > 0 ? ctx_->options.http_threads
+                                                                 : ctx_->options.max_connections);
+  GuardedHttpServer& http = ctx_->http;
+  http.new_task_queue = [threads, &http] { return new ConnectionPool((size_t)threads, http); };
+  ConnectionLimits limits;
+  limits.max_header_bytes = ctx_->options.max_header_bytes;
+  limits.max_header_lines = ctx_->options.max_header_lines;
+  limits.header_timeout_s = std::max(1, ctx_->options.header_timeout_s);
+  limits.read_timeout_s = std::max(1, ctx_->options.read_timeout_s);
+  // An idle keep-alive connection holds a worker until this runs out, and stop() waits for the workers.
+  limits.keep_alive_timeout_s = 2;
+  http.set_limits(limits);
+  http.refusal_body = [ctx = ctx_.get()](int status) {
+    return dump_json(error_json(error_for_status(httplib::Request{}, status, ctx->options)));
+  };
+  http.on_refusal = [ctx = ctx_.get()](int status) { ctx->counters.count(status); };
+  http.set_payload_max_length(ctx_->options.max_body_bytes);
   ctx_->http.set_tcp_nodelay(true);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server bind a port in use.
   ctx_->http.set_socket_options([ctx = ctx_.get()](int sock) {
@@ -228,8 +259,6 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     ctx->listen_fd = sock;
   });
-  // An idle keep-alive connection holds a worker until this runs out, and stop() waits for the workers.
-  ctx_->http.set_keep_alive_timeout(2);
   add_hooks(*ctx_);
   add_routes(*ctx_);
 }

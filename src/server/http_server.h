@@ -33,13 +33,20 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;       // larger request bodies get 413
   std::string model_id;                   // the name /v1/models lists and responses carry
   std::vector<std::string> model_aliases; // other `model` values accepted (e.g. the path as given)
-  int http_threads = 0;                   // 0: enough for every running and waiting request, plus a few
+  int http_threads = 0;                   // > 0: HTTP workers (connections at once) instead of max_connections
   uint64_t mem_budget_bytes = 0;          // --mem-budget, all models together (0: none); GET /v1/stats reports it
   // Connections served at once (one HTTP worker thread each; at least http_threads). A slow
-  // client holds its worker until read_timeout_s passes without a byte from it, so this
-  // must exceed the slow clients a server should shrug off; more connections wait their turn.
+  // client holds its worker until read_timeout_s passes without a byte from it, or
+  // header_timeout_s passes before its header is complete, so this must exceed the slow
+  // clients a server should shrug off; a connection past it gets 503 (Retry-After: 1).
   int max_connections = 256;
   int read_timeout_s = 5;                 // a connection that sends nothing this long is closed
+  size_t max_header_bytes = 32u << 10;    // request line + header; more: 431
+  int max_header_lines = 100;             // header lines; more: 431
+  int header_timeout_s = 10;              // the whole request line + header; slower: 408
+  // A completion request still unfinished this long after it arrived is cancelled (its KV
+  // blocks freed) and answered with a 504 error (code request_timeout); 0: no limit.
+  double request_timeout_s = 0;
 };
 
 class ApiServer {

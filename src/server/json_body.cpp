@@ -11,7 +11,40 @@ namespace spool::server {
 
 using nlohmann::json;
 
+namespace {
+
+// nlohmann's parser does not recurse, but what walks a parsed value does
+// (dumping it, JSON-schema compilation, the Jinja renderer): a body nested
+// deeper than this is refused before parsing, by a plain scan.
+constexpr int kMaxJsonDepth = 128;
+
+void check_depth(const std::string& text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw ApiError(400,
+                       "the request body is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                           " arrays/objects (at byte " + std::to_string(i) + ")",
+                       "invalid_request_error", "json_too_deep");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
 json parse_json_body(const httplib::Request& req) {
+  check_depth(req.body);
   json body;
   try {
     body = json::parse(req.body);

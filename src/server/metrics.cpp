@@ -184,4 +184,13 @@ std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& 
   return render_metrics(std::vector<ModelFigures>{ModelFigures{"default", s, weights}}, http_by_status);
 }
 
+std::string RequestOutcomes::render() const {
+  return "# HELP spool_requests_cancelled_total Completion requests cancelled by the server: the client went away or "
+         "--request-timeout passed.\n# TYPE spool_requests_cancelled_total counter\nspool_requests_cancelled_total " +
+         std::to_string(cancelled.load()) +
+         "\n# HELP spool_requests_failed_total Completion requests that failed in the engine (e.g. a weight read).\n"
+         "# TYPE spool_requests_failed_total counter\nspool_requests_failed_total " +
+         std::to_string(failed.load()) + "\n";
+}
+
 }  // namespace spool::server

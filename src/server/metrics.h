@@ -4,6 +4,7 @@
 // token and inter-token latency.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -24,6 +25,13 @@ class HttpCounters {
  private:
   mutable std::mutex mu_;
   std::map<int, uint64_t> by_status_;
+};
+
+// Completion requests the server ended early (client gone, --request-timeout)
+// or that failed in the engine (e.g. a weight read); thread-safe.
+struct RequestOutcomes {
+  std::atomic<uint64_t> cancelled{0}, failed{0};
+  std::string render() const;  // spool_requests_cancelled_total, spool_requests_failed_total
 };
 
 // Appends a histogram (cumulative _bucket{le=...} lines, _sum, _count).

@@ -13,6 +13,7 @@
 #include "model/chat_template.h"
 #include "server/api_error.h"
 #include "server/batch_runner.h"
+#include "server/connection_guard.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -39,8 +40,9 @@ struct ApiServer::Context {
   ServerOptions options;
   std::vector<std::unique_ptr<ServedModel>> models;
   HttpCounters counters;
+  RequestOutcomes outcomes;
   std::time_t created = 0;
-  httplib::Server http;
+  GuardedHttpServer http;                  // httplib with bounded headers and connections
   agents::PipelineRunner* runner = nullptr;  // null: the pipeline routes answer 404
   std::unique_ptr<BatchRunner> batches;      // with a runner: the Batch API over its store
   int listen_fd = -1;                        // the listening socket (set while binding)

@@ -3,7 +3,10 @@
 # official `openai` package) when they are missing, then runs every
 # tests/api/*.test.mjs with node's test runner. Each test file starts its own
 # `spool serve` on an OS-chosen loopback port and stops it.
-# Usage: tests/api/run.sh SPOOL_BIN SHARED_DIR
+# Usage: tests/api/run.sh SPOOL_BIN SHARED_DIR [reliability]
+# Without the third argument: every test file but the reliability ones (hostile
+# clients, cancel storm, storage faults through serve), which run with it
+# (ctest api_reliability, label reliability).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export SPOOL_BIN="$1" SPOOL_SHARED_DIR="$2"
@@ -11,4 +14,12 @@ if [ ! -f "$here/node_modules/openai/package.json" ]; then
   npm ci --prefix "$here" --no-audit --no-fund >&2
 fi
 cd "$here"
-exec node --test --test-concurrency=2 ./*.test.mjs
+reliability=(hostile_clients.test.mjs cancel_storm.test.mjs storage_faults.test.mjs)
+if [ "${3:-}" = reliability ]; then
+  exec node --test --test-concurrency=1 "${reliability[@]}"
+fi
+files=()
+for f in ./*.test.mjs; do
+  case " ${reliability[*]} " in *" ${f#./} "*) ;; *) files+=("$f") ;; esac
+done
+exec node --test --test-concurrency=2 "${files[@]}"

@@ -29,6 +29,9 @@ struct ServeOptions {
   int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64, max_runs = 1;
   size_t max_body = 8u << 20;
   int max_connections = 256, read_timeout = 5;
+  size_t max_header_bytes = 32u << 10;
+  int max_headers = 100, header_timeout = 10;
+  double request_timeout = 0;
   ModelFlags model_flags;  // --mem-budget and friends, as run/bench
 };
 
@@ -51,6 +54,10 @@ void serve(const ServeOptions& o) {
   if (o.max_waiting < 1) throw Error("--max-waiting must be at least 1");
   if (o.max_connections < 1) throw Error("--max-connections must be at least 1");
   if (o.read_timeout < 1) throw Error("--read-timeout must be at least 1 second");
+  if (o.header_timeout < 1) throw Error("--header-timeout must be at least 1 second");
+  if (o.max_header_bytes < 256) throw Error("--max-header-bytes must be at least 256");
+  if (o.max_headers < 1) throw Error("--max-headers must be at least 1");
+  if (o.request_timeout < 0) throw Error("--request-timeout must not be negative");
 
   // SIGINT/SIGTERM go to one waiting thread (blocked everywhere else, threads inherit the mask).
   sigset_t signals;
@@ -114,6 +121,10 @@ void serve(const ServeOptions& o) {
   so.mem_budget_bytes = o.model_flags.mem_budget.empty() ? 0 : parse_size(o.model_flags.mem_budget);
   so.max_connections = o.max_connections;
   so.read_timeout_s = o.read_timeout;
+  so.max_header_bytes = o.max_header_bytes;
+  so.max_header_lines = o.max_headers;
+  so.header_timeout_s = o.header_timeout;
+  so.request_timeout_s = o.request_timeout;
   const auto aliases_of = [](const Loaded& l) {
     std::vector<std::string> a{l.path};
     if (l.id != model_id_of(l.path)) a.push_back(model_id_of(l.path));
@@ -182,10 +193,21 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-waiting", o->max_waiting, "Queued requests at most; beyond it requests get 503")->capture_default_str();
   cmd->add_option("--max-body", o->max_body, "Largest request body in bytes (larger: 413)")->capture_default_str();
   cmd->add_option("--max-connections", o->max_connections,
-                  "Connections served at once (one worker thread each); more wait for a free worker")
+                  "Connections served at once (one worker thread each); one more gets 503 with Retry-After: 1")
       ->capture_default_str();
   cmd->add_option("--read-timeout", o->read_timeout,
                   "Seconds a connection may send nothing (mid-header, mid-body or idle) before it is closed")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", o->header_timeout,
+                  "Seconds a request line and header may take in all (a client trickling bytes gets 408)")
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", o->max_header_bytes,
+                  "Largest request line + header in bytes (larger: 431)")
+      ->capture_default_str();
+  cmd->add_option("--max-headers", o->max_headers, "Most header lines in a request (more: 431)")->capture_default_str();
+  cmd->add_option("--request-timeout", o->request_timeout,
+                  "Seconds a completion may take from arrival to its last token; past it the request is cancelled "
+                  "and answered with a 504 error (code request_timeout) or, streamed, an error event (0: no limit)")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
                "Never reuse KV blocks of earlier requests (for measuring what the prefix cache saves)");

@@ -1,0 +1,312 @@
+// Bounded connections, request headers and time for httplib's server
+// (connection_guard.h says why and what).
+#include "server/connection_guard.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+namespace spool::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Waits up to `ms` (negative: 0) for `events` on the socket; > 0 when ready, 0 on timeout, < 0 on error.
+int wait_socket(int sock, short events, long ms) {
+  pollfd p{sock, events, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, (int)std::max(0L, ms));
+  } while (r < 0 && errno == EINTR);
+  return r;
+}
+
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 408: return "Request Timeout";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+  }
+}
+
+void ip_and_port(const sockaddr_storage& addr, std::string& ip, int& port) {
+  char host[INET6_ADDRSTRLEN] = "";
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  }
+  ip = host;
+}
+
+// Set on the accepting thread while ConnectionPool hands it a connection to refuse.
+thread_local bool tl_refusing = false;
+
+}  // namespace
+
+// ---- GuardedStream ----
+
+void GuardedStream::start_request() {
+  in_header_ = true;
+  header_bytes_ = 0;
+  header_lines_ = 0;
+  tail_ = 0;
+  status_ = 0;
+  deadline_ = Clock::now() + std::chrono::seconds(limits_.header_timeout_s);
+}
+
+bool GuardedStream::is_readable() const {
+  if (status_ != 0) return false;
+  return pos_ < len_ || wait_socket(sock_, POLLIN, limits_.read_timeout_s * 1000L) > 0;
+}
+
+bool GuardedStream::is_writable() const {
+  if (status_ != 0) return false;
+  if (wait_socket(sock_, POLLOUT, limits_.write_timeout_s * 1000L) <= 0) return false;
+  // Alive unless the peer closed: readable with nothing to peek means EOF.
+  if (wait_socket(sock_, POLLIN, 0) <= 0) return true;
+  char c;
+  return ::recv(sock_, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
+bool GuardedStream::fill() {
+  long wait_ms = limits_.read_timeout_s * 1000L;
+  bool deadline_first = false;
+  if (in_header_) {
+    const long left = (long)std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+    if (left < wait_ms) wait_ms = left, deadline_first = true;
+  }
+  if (wait_socket(sock_, POLLIN, wait_ms) <= 0) {
+    if (deadline_first) status_ = 408;
+    return false;
+  }
+  ssize_t n;
+  do {
+    n = ::recv(sock_, buf_, sizeof buf_, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return false;
+  pos_ = 0;
+  len_ = (size_t)n;
+  return true;
+}
+
+ssize_t GuardedStream::read(char* ptr, size_t size) {
+  if (status_ != 0) return -1;
+  if (pos_ == len_ && !fill()) return -1;
+  size_t n = std::min(size, len_ - pos_);
+  if (in_header_) {
+    // Count up to the end of the header; the bytes after it are the body's.
+    for (size_t i = 0; i < n; ++i) {
+      const unsigned char c = (unsigned char)buf_[pos_ + i];
+      tail_ = (tail_ << 8) | c;
+      ++header_bytes_;
+      if (c == '\n') {
+        if (tail_ == 0x0d0a0d0a || (tail_ & 0xffff) == 0x0a0a) {  // blank line: the header is complete
+          in_header_ = false;
+          break;
+        }
+        ++header_lines_;  // the request line is line 1
+      }
+    }
+    if (in_header_ && (header_bytes_ > limits_.max_header_bytes || header_lines_ > limits_.max_header_lines + 1)) {
+      status_ = 431;
+      return -1;
+    }
+  }
+  std::copy(buf_ + pos_, buf_ + pos_ + n, ptr);
+  pos_ += n;
+  return (ssize_t)n;
+}
+
+ssize_t GuardedStream::write(const char* ptr, size_t size) {
+  if (status_ != 0) return -1;
+  if (wait_socket(sock_, POLLOUT, limits_.write_timeout_s * 1000L) <= 0) return -1;
+  ssize_t n;
+  do {
+    n = ::send(sock_, ptr, size, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+void GuardedStream::get_remote_ip_and_port(std::string& ip, int& port) const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getpeername(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) ip_and_port(addr, ip, port);
+}
+
+void GuardedStream::get_local_ip_and_port(std::string& ip, int& port) const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getsockname(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) ip_and_port(addr, ip, port);
+}
+
+void send_refusal(int sock, int status, const std::string& json_body, int retry_after_s, int drain_ms) {
+  std::string msg = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
+                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(json_body.size()) +
+                    "\r\nConnection: close\r\n";
+  if (retry_after_s > 0) msg += "Retry-After: " + std::to_string(retry_after_s) + "\r\n";
+  msg += "\r\n" + json_body;
+  const auto end = Clock::now() + std::chrono::milliseconds(drain_ms);
+  const auto left_ms = [&] {
+    return (long)std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+  };
+  for (size_t off = 0; off < msg.size();) {
+    if (wait_socket(sock, POLLOUT, left_ms()) <= 0) return;
+    const ssize_t n = ::send(sock, msg.data() + off, msg.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += (size_t)n;
+  }
+  ::shutdown(sock, SHUT_WR);
+  char sink[4096];
+  while (wait_socket(sock, POLLIN, left_ms()) > 0) {
+    const ssize_t n = ::recv(sock, sink, sizeof sink, 0);
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
+  }
+}
+
+// ---- ConnectionPool ----
+
+ConnectionPool::ConnectionPool(size_t workers, GuardedHttpServer& server) : server_(server), workers_(workers) {
+  for (size_t i = 0; i < workers_; ++i) threads_.emplace_back([this] { work(); });
+}
+
+ConnectionPool::~ConnectionPool() { shutdown(); }
+
+void ConnectionPool::enqueue(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stop_ && busy_ + jobs_.size() < workers_) {
+      jobs_.push_back(std::move(fn));
+      cv_.notify_one();
+      return;
+    }
+  }
+  // Every worker is taken: the job (httplib's "serve this socket") runs here,
+  // on the accepting thread, and only hands its socket to the refuser.
+  tl_refusing = true;
+  fn();
+  tl_refusing = false;
+}
+
+void ConnectionPool::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ && threads_.empty()) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+void ConnectionPool::work() {
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, nothing left
+      fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      ++busy_;
+    }
+    fn();
+    std::lock_guard<std::mutex> lock(mu_);
+    --busy_;
+  }
+}
+
+// ---- GuardedHttpServer ----
+
+GuardedHttpServer::GuardedHttpServer() : refuser_([this] { refuser_loop(); }) {}
+
+GuardedHttpServer::~GuardedHttpServer() {
+  {
+    std::lock_guard<std::mutex> lock(refuse_mu_);
+    refuser_stop_ = true;
+  }
+  refuse_cv_.notify_all();
+  refuser_.join();
+}
+
+void GuardedHttpServer::refuse_later(int sock) {
+  {
+    std::lock_guard<std::mutex> lock(refuse_mu_);
+    if (!refuser_stop_ && to_refuse_.size() < 256) {
+      to_refuse_.push_back(sock);
+      refuse_cv_.notify_one();
+      return;
+    }
+  }
+  ::close(sock);  // a flood beyond what the refuser keeps up with: closed unanswered
+}
+
+void GuardedHttpServer::refuser_loop() {
+  for (;;) {
+    int sock;
+    {
+      std::unique_lock<std::mutex> lock(refuse_mu_);
+      refuse_cv_.wait(lock, [&] { return refuser_stop_ || !to_refuse_.empty(); });
+      if (to_refuse_.empty()) return;
+      sock = to_refuse_.front();
+      to_refuse_.pop_front();
+    }
+    send_refusal(sock, 503, refusal_body ? refusal_body(503) : "{}", 1, 200);
+    ::close(sock);
+    if (on_refusal) on_refusal(503);
+  }
+}
+
+bool GuardedHttpServer::wait_for_request(int sock) {
+  const auto end = Clock::now() + std::chrono::seconds(limits_.keep_alive_timeout_s);
+  while (svr_sock_ != INVALID_SOCKET) {
+    const long left = (long)std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    if (left <= 0) return false;
+    const int r = wait_socket(sock, POLLIN, std::min(left, 100L));
+    if (r != 0) return r > 0;
+  }
+  return false;
+}
+
+bool GuardedHttpServer::process_and_close_socket(int sock) {
+  if (tl_refusing) {
+    refuse_later(sock);
+    return false;
+  }
+  bool ret = false;
+  for (size_t left = limits_.keep_alive_max_requests; left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
+    if (!wait_for_request(sock)) break;
+    // A stream per request, as httplib does: what a request left unread in the
+    // buffer (a body a 401 did not need) is dropped with it.
+    GuardedStream strm(sock, limits_);
+    strm.start_request();
+    bool closed = false;
+    ret = process_request(strm, left == 1, closed, nullptr);
+    if (strm.status() != 0) {
+      const int status = strm.status();
+      send_refusal(sock, status, refusal_body ? refusal_body(status) : "{}", 0, 500);
+      if (on_refusal) on_refusal(status);
+      ret = false;
+      break;
+    }
+    if (!ret || closed) break;
+  }
+  ::shutdown(sock, SHUT_RDWR);
+  ::close(sock);
+  return ret;
+}
+
+}  // namespace spool::server

@@ -1,0 +1,142 @@
+// The server's connection handling, in place of httplib's own: bounded
+// connections, request headers and time.
+//
+// httplib (0.11, as Debian packages it, compiled) reads a request header with
+// no bound on its total size or on the time it may take (its read timeout is
+// per read), and queues connections past its thread count without end. Here:
+// - GuardedHttpServer reads each request through a GuardedStream, which counts
+//   the request line and header bytes and lines and gives them a deadline; past
+//   --max-header-bytes / --max-headers the client gets 431, past
+//   --header-timeout 408, then the connection closes.
+// - ConnectionPool (its task queue) serves at most `workers` connections at a
+//   time; one more is answered 503 with Retry-After by a small refuser thread
+//   and closed, so a flood of connections gets a quick, bounded answer instead of
+//   an ever longer wait.
+// Everything after the header (routes, bodies, responses) is httplib's
+// process_request as before.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace spool::server {
+
+struct ConnectionLimits {
+  size_t max_header_bytes = 32u << 10;  // request line + header lines, CRLFs included
+  int max_header_lines = 100;           // header lines (not the request line)
+  int header_timeout_s = 10;            // the whole request line + header, from its first byte
+  int read_timeout_s = 5;               // any one read (header or body)
+  int write_timeout_s = 5;
+  int keep_alive_timeout_s = 2;         // an idle connection waits this long for its next request
+  size_t keep_alive_max_requests = 100; // then it closes
+};
+
+// A plain socket stream with a read buffer that, until the blank line ending a
+// request's header, counts bytes and lines and honours a deadline. Once a limit
+// trips, reads and writes fail and status() says which answer is owed.
+class GuardedStream : public httplib::Stream {
+ public:
+  GuardedStream(int sock, const ConnectionLimits& limits) : sock_(sock), limits_(limits) {}
+  // Before each request: header accounting starts again, the deadline from now.
+  void start_request();
+  // 0: fine; 431 or 408 once a header limit tripped.
+  int status() const { return status_; }
+  bool buffered() const { return pos_ < len_; }
+
+  bool is_readable() const override;
+  bool is_writable() const override;
+  ssize_t read(char* ptr, size_t size) override;
+  ssize_t write(const char* ptr, size_t size) override;
+  void get_remote_ip_and_port(std::string& ip, int& port) const override;
+  void get_local_ip_and_port(std::string& ip, int& port) const override;
+  int socket() const override { return sock_; }
+
+ private:
+  bool fill();  // reads more into buf_ (pos_ == len_); false on timeout, EOF, error or a tripped limit
+
+  int sock_;
+  ConnectionLimits limits_;
+  char buf_[4096];
+  size_t pos_ = 0, len_ = 0;
+  bool in_header_ = true;
+  size_t header_bytes_ = 0;
+  int header_lines_ = 0;
+  uint32_t tail_ = 0;  // last 4 header bytes, for the blank line
+  std::chrono::steady_clock::time_point deadline_{};
+  int status_ = 0;
+};
+
+// Writes a whole small response (status line, JSON body, Connection: close),
+// then half-closes and drains what the client still sends for up to
+// `drain_ms`, so that closing does not reset the connection before the client
+// read the answer. Does not close the socket.
+void send_refusal(int sock, int status, const std::string& json_body, int retry_after_s, int drain_ms);
+
+class GuardedHttpServer;
+
+// httplib's task queue with a fixed number of workers and no waiting line: a
+// connection that finds every worker busy is handed to the refuser (503).
+class ConnectionPool : public httplib::TaskQueue {
+ public:
+  ConnectionPool(size_t workers, GuardedHttpServer& server);
+  ~ConnectionPool() override;
+  void enqueue(std::function<void()> fn) override;
+  void shutdown() override;
+
+ private:
+  void work();
+  GuardedHttpServer& server_;
+  size_t workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  size_t busy_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+class GuardedHttpServer : public httplib::Server {
+ public:
+  GuardedHttpServer();
+  ~GuardedHttpServer() override;
+
+  // Before listening. The keep-alive and timeout settings of httplib::Server
+  // are replaced by these.
+  void set_limits(const ConnectionLimits& limits) {
+    limits_ = limits;
+    // httplib still writes these into each response's Keep-Alive header.
+    set_keep_alive_max_count(limits.keep_alive_max_requests);
+    set_keep_alive_timeout(limits.keep_alive_timeout_s);
+  }
+  const ConnectionLimits& limits() const { return limits_; }
+  // The JSON body for an answer the guard writes itself (431, 408, 503), and a
+  // hook told of each such answer (metrics).
+  std::function<std::string(int status)> refusal_body;
+  std::function<void(int status)> on_refusal;
+
+  // Called by ConnectionPool on the accepting thread when every worker is busy.
+  void refuse_later(int sock);
+
+ private:
+  bool process_and_close_socket(int sock) override;
+  void refuser_loop();
+  bool wait_for_request(int sock);
+
+  ConnectionLimits limits_;
+  std::mutex refuse_mu_;
+  std::condition_variable refuse_cv_;
+  std::deque<int> to_refuse_;
+  bool refuser_stop_ = false;
+  std::thread refuser_;
+};
+
+}  // namespace spool::server
