@@ -83,6 +83,7 @@ class EngineImpl final : public Engine {
     if (opt_.n_ctx <= 0 || opt_.max_running <= 0 || opt_.max_batch_tokens <= 0 || opt_.max_waiting < 0 ||
         opt_.block_size <= 0)
       throw Error("engine options: n_ctx, max_running, max_batch_tokens and block_size must be positive");
+    if (opt_.state_snapshots < 0) throw Error("engine options: state_snapshots must not be negative");
     const KvShape shape = model.kv_shape();
     const uint64_t bb = PagedKvCache::block_bytes(shape, opt_.block_size);
     const int blocks_per_ctx = (opt_.n_ctx + opt_.block_size - 1) / opt_.block_size;
@@ -95,8 +96,16 @@ class EngineImpl final : public Engine {
     so.max_running = opt_.max_running;
     so.max_batch_tokens = opt_.max_batch_tokens;
     // A recurrent state folds in every token before it and cannot be rebuilt
-    // from shared KV blocks, so hybrid models compute every prompt in full.
-    so.prefix_cache = opt_.prefix_cache && shape.recurrent.empty();
+    // from shared KV blocks: hybrid models reuse a prefix only where a snapshot
+    // of the state at its end exists, and compute every prompt in full without.
+    const bool hybrid = !shape.recurrent.empty();
+    so.prefix_cache = opt_.prefix_cache && (!hybrid || opt_.state_snapshots > 0);
+    so.state_snapshots = hybrid ? opt_.state_snapshots : 0;
+    so.snapshot_interval = opt_.snapshot_interval;
+    // Prefill chunks end at multiples of the delta rule's chunk (64 tokens, in
+    // gdn_model and kda), so a prompt's numbers do not depend on how it was
+    // split over steps or whether it started from a snapshot.
+    so.prefill_align = hybrid ? 64 : 0;
     stats_.prefix_cache = so.prefix_cache;
     so.kv_hints = opt_.kv_hints;
     sched_ = std::make_unique<Scheduler>(so, *kv_);
@@ -347,6 +356,13 @@ class EngineImpl final : public Engine {
     if (const RecurrentState* rs = kv_->recurrent()) {
       stats_.recurrent_state_bytes = rs->bytes_allocated();
       stats_.recurrent_sequences = rs->n_active();
+    }
+    if (const StateSnapshots* ss = sched_->snapshots()) {
+      const StateSnapshotStats st = ss->stats();
+      stats_.state_snapshots = st.count;
+      stats_.state_snapshot_bytes = st.bytes;
+      stats_.state_snapshot_hits = st.hits;
+      stats_.state_snapshot_misses = st.misses;
     }
   }
 
