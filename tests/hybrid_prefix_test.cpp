@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "model/kv_paged.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -130,6 +131,15 @@ TEST_P(HybridPrefix, SharedPrefixRestoredGivesTheSameTokensAndLogprobs) {
   o.snapshot_interval = 64;
   auto e = make_engine(*model_, o);
   EXPECT_TRUE(e->stats().prefix_cache);
+  {  // The snapshots' bytes come out of the KV pool (the memory reserved for KV holds both).
+    const uint64_t bb = PagedKvCache::block_bytes(model_->kv_shape(), o.block_size);
+    const int taken = (int)((4 * model_->kv_shape().recurrent.bytes_per_seq() + bb - 1) / bb);
+    EXPECT_GT(taken, 0);
+    EXPECT_EQ(e->stats().kv_blocks_total, 4 * 512 / 16 - taken);
+    EngineOptions too_many = o;
+    too_many.state_snapshots = 10000;
+    EXPECT_THROW(make_engine(*model_, too_many), Error);
+  }
   // The first request computes the prefix (snapshots at 64, 128, 192); the others, submitted together,
   // restore the state at 192 and share the KV blocks up to it.
   std::vector<Output> got = run(*e, {prompts[0]}, n);
@@ -211,8 +221,11 @@ TEST_P(HybridPrefix, EvictedSnapshotsStillGiveIdenticalOutputs) {
   tight.state_snapshots = 4;
   tight.snapshot_interval = 128;
   tight.n_ctx = 256;
-  tight.kv_bytes = PagedKvCache::block_bytes(model_->kv_shape(), 16) * 16;  // 256 positions
+  // 256 positions, plus the blocks the snapshots take out of the pool.
+  const uint64_t bb = PagedKvCache::block_bytes(model_->kv_shape(), 16);
+  tight.kv_bytes = bb * (16 + (4 * model_->kv_shape().recurrent.bytes_per_seq() + bb - 1) / bb);
   auto e2 = make_engine(*model_, tight);
+  ASSERT_EQ(e2->stats().kv_blocks_total, 16);
   const Output first = run(*e2, {prompts[0]}, n)[0];
   expect_same({first}, {want[0]});
   ASSERT_TRUE(wait_idle(*e2));

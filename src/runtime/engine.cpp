@@ -87,10 +87,22 @@ class EngineImpl final : public Engine {
     const KvShape shape = model.kv_shape();
     const uint64_t bb = PagedKvCache::block_bytes(shape, opt_.block_size);
     const int blocks_per_ctx = (opt_.n_ctx + opt_.block_size - 1) / opt_.block_size;
-    const uint64_t n_blocks = opt_.kv_bytes ? opt_.kv_bytes / bb : (uint64_t)blocks_per_ctx * opt_.max_running;
+    uint64_t n_blocks = opt_.kv_bytes ? opt_.kv_bytes / bb : (uint64_t)blocks_per_ctx * opt_.max_running;
     if (n_blocks < 1)
       throw Error("engine options: kv_bytes " + std::to_string(opt_.kv_bytes) + " is smaller than one KV block (" +
                   std::to_string(bb) + " bytes)");
+    // State snapshots (hybrid models) come out of the KV pool's bytes, so the memory the budget reserved for
+    // KV (--kv-pool, or --parallel full contexts) holds blocks and snapshots together.
+    if (!shape.recurrent.empty() && opt_.prefix_cache && opt_.state_snapshots > 0) {
+      const uint64_t snap = (uint64_t)opt_.state_snapshots * shape.recurrent.bytes_per_seq();
+      const uint64_t taken = (snap + bb - 1) / bb;
+      if (taken + blocks_per_ctx > n_blocks)
+        throw Error("engine options: " + std::to_string(opt_.state_snapshots) + " state snapshots take " +
+                    std::to_string(snap >> 20) + " MiB of the KV pool (" + std::to_string((n_blocks * bb) >> 20) +
+                    " MiB), which then holds less than one context of " + std::to_string(opt_.n_ctx) +
+                    " positions: give fewer snapshots or a larger KV pool");
+      n_blocks -= taken;
+    }
     kv_ = std::make_unique<PagedKvCache>(shape, opt_.block_size, (int)n_blocks, opt_.n_ctx, opt_.max_running);
     SchedOptions so;
     so.max_running = opt_.max_running;

@@ -199,8 +199,9 @@ void add_serve_command(CLI::App& app) {
                   "Hybrid models (Qwen3-Next, Qwen3.5, Kimi Linear, K3): keep up to N snapshots of the recurrent "
                   "state at every --snapshot-interval positions, least recently used evicted, so a prompt that "
                   "starts with a cached prefix (an agent pipeline's shared context) restores the state there and "
-                  "computes only the rest. Each takes one sequence's state (spool inspect prints its size), counted "
-                  "in --mem-budget. 0: hybrid models compute every prompt in full")
+                  "computes only the rest. Each takes one sequence's whole recurrent state out of the "
+                  "KV pool (--kv-pool; default --parallel full contexts, which --mem-budget reserves). 0: hybrid "
+                  "models compute every prompt in full")
       ->capture_default_str();
   cmd->add_option("--snapshot-interval", o->snapshot_interval,
                   "Positions between state snapshots (a multiple of 64: the delta rule's chunk, and of the KV block, 16)")
