@@ -64,6 +64,7 @@ void GuardedStream::start_request() {
   header_lines_ = 0;
   tail_ = 0;
   status_ = 0;
+  header_failed_ = false;
   deadline_ = Clock::now() + std::chrono::seconds(limits_.header_timeout_s);
 }
 
@@ -90,13 +91,17 @@ bool GuardedStream::fill() {
   }
   if (wait_socket(sock_, POLLIN, wait_ms) <= 0) {
     if (deadline_first) status_ = 408;
+    header_failed_ = in_header_;
     return false;
   }
   ssize_t n;
   do {
     n = ::recv(sock_, buf_, sizeof buf_, 0);
   } while (n < 0 && errno == EINTR);
-  if (n <= 0) return false;
+  if (n <= 0) {
+    header_failed_ = in_header_;
+    return false;
+  }
   pos_ = 0;
   len_ = (size_t)n;
   return true;
@@ -111,17 +116,18 @@ ssize_t GuardedStream::read(char* ptr, size_t size) {
     for (size_t i = 0; i < n; ++i) {
       const unsigned char c = (unsigned char)buf_[pos_ + i];
       tail_ = (tail_ << 8) | c;
-      ++header_bytes_;
+      if (++header_bytes_ > limits_.max_header_bytes) break;
       if (c == '\n') {
         if (tail_ == 0x0d0a0d0a || (tail_ & 0xffff) == 0x0a0a) {  // blank line: the header is complete
           in_header_ = false;
           break;
         }
-        ++header_lines_;  // the request line is line 1
+        if (++header_lines_ > limits_.max_header_lines + 1) break;  // the request line is line 1
       }
     }
     if (in_header_ && (header_bytes_ > limits_.max_header_bytes || header_lines_ > limits_.max_header_lines + 1)) {
       status_ = 431;
+      header_failed_ = true;
       return -1;
     }
   }
@@ -179,8 +185,10 @@ void send_refusal(int sock, int status, const std::string& json_body, int retry_
 
 // ---- ConnectionPool ----
 
-ConnectionPool::ConnectionPool(size_t workers, GuardedHttpServer& server) : server_(server), workers_(workers) {
-  for (size_t i = 0; i < workers_; ++i) threads_.emplace_back([this] { work(); });
+ConnectionPool::ConnectionPool(size_t workers) {
+  for (size_t i = 0; i < workers; ++i) workers_.push_back(std::make_unique<Worker>());
+  idle_.reserve(workers);
+  for (auto& w : workers_) threads_.emplace_back([this, w = w.get()] { work(w); });
 }
 
 ConnectionPool::~ConnectionPool() { shutdown(); }
@@ -188,9 +196,12 @@ ConnectionPool::~ConnectionPool() { shutdown(); }
 void ConnectionPool::enqueue(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stop_ && busy_ + jobs_.size() < workers_) {
-      jobs_.push_back(std::move(fn));
-      cv_.notify_one();
+    if (!stop_ && !idle_.empty()) {
+      Worker* w = idle_.back();
+      idle_.pop_back();
+      w->job = std::move(fn);
+      w->has_job = true;
+      w->cv.notify_one();
       return;
     }
   }
@@ -206,26 +217,24 @@ void ConnectionPool::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_ && threads_.empty()) return;
     stop_ = true;
+    for (auto& w : workers_) w->cv.notify_one();
   }
-  cv_.notify_all();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
 }
 
-void ConnectionPool::work() {
+void ConnectionPool::work(Worker* w) {
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    std::function<void()> fn;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping, nothing left
-      fn = std::move(jobs_.front());
-      jobs_.pop_front();
-      ++busy_;
-    }
+    idle_.push_back(w);
+    w->cv.wait(lock, [&] { return stop_ || w->has_job; });
+    if (!w->has_job) return;  // stopping (it stays in idle_, which no one reads any more)
+    std::function<void()> fn = std::move(w->job);
+    w->has_job = false;
+    lock.unlock();
     fn();
-    std::lock_guard<std::mutex> lock(mu_);
-    --busy_;
+    fn = nullptr;
+    lock.lock();
   }
 }
 
@@ -302,7 +311,8 @@ bool GuardedHttpServer::process_and_close_socket(int sock) {
       ret = false;
       break;
     }
-    if (!ret || closed) break;
+    // After a header that never completed (httplib answered 400), nothing good follows on this connection.
+    if (!ret || closed || strm.header_failed()) break;
   }
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -36,7 +37,14 @@ struct ConnectionLimits {
   int header_timeout_s = 10;            // the whole request line + header, from its first byte
   int read_timeout_s = 5;               // any one read (header or body)
   int write_timeout_s = 5;
-  int keep_alive_timeout_s = 2;         // an idle connection waits this long for its next request
+  // An idle connection waits this long for its next request; responses advertise
+  // the shorter keep_alive_advertised_s (Keep-Alive: timeout=...). Clients close
+  // idle sockets before the advertised time (node's fetch 1 s before it); the
+  // margin covers a client whose event loop stalls a few seconds, which would
+  // otherwise send a request on a socket the server just closed ("other side
+  // closed": the soak saw one in 28 000 requests on the loaded dev machine).
+  int keep_alive_timeout_s = 6;
+  int keep_alive_advertised_s = 2;
   size_t keep_alive_max_requests = 100; // then it closes
 };
 
@@ -50,6 +58,8 @@ class GuardedStream : public httplib::Stream {
   void start_request();
   // 0: fine; 431 or 408 once a header limit tripped.
   int status() const { return status_; }
+  // The header ended early: a read timed out, the peer closed, or a limit tripped.
+  bool header_failed() const { return header_failed_; }
   bool buffered() const { return pos_ < len_; }
 
   bool is_readable() const override;
@@ -73,6 +83,7 @@ class GuardedStream : public httplib::Stream {
   uint32_t tail_ = 0;  // last 4 header bytes, for the blank line
   std::chrono::steady_clock::time_point deadline_{};
   int status_ = 0;
+  bool header_failed_ = false;
 };
 
 // Writes a whole small response (status line, JSON body, Connection: close),
@@ -81,25 +92,30 @@ class GuardedStream : public httplib::Stream {
 // read the answer. Does not close the socket.
 void send_refusal(int sock, int status, const std::string& json_body, int retry_after_s, int drain_ms);
 
-class GuardedHttpServer;
-
 // httplib's task queue with a fixed number of workers and no waiting line: a
-// connection that finds every worker busy is handed to the refuser (503).
+// connection that finds every worker busy is handed to the refuser (503). The
+// worker idle the shortest time takes the next connection (a stack, not a
+// queue), so the threads a server touches, and the memory their stacks and
+// malloc caches keep, follow the connections it has at once rather than
+// --max-connections (a queue handed work round-robin to all 256 over time: the
+// soak saw RSS climb for minutes).
 class ConnectionPool : public httplib::TaskQueue {
  public:
-  ConnectionPool(size_t workers, GuardedHttpServer& server);
+  explicit ConnectionPool(size_t workers);
   ~ConnectionPool() override;
   void enqueue(std::function<void()> fn) override;
   void shutdown() override;
 
  private:
-  void work();
-  GuardedHttpServer& server_;
-  size_t workers_;
+  struct Worker {
+    std::condition_variable cv;
+    std::function<void()> job;
+    bool has_job = false;
+  };
+  void work(Worker* w);
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  size_t busy_ = 0;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<Worker*> idle_;  // most recently idle last
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
@@ -115,7 +131,7 @@ class GuardedHttpServer : public httplib::Server {
     limits_ = limits;
     // httplib still writes these into each response's Keep-Alive header.
     set_keep_alive_max_count(limits.keep_alive_max_requests);
-    set_keep_alive_timeout(limits.keep_alive_timeout_s);
+    set_keep_alive_timeout(limits.keep_alive_advertised_s);
   }
   const ConnectionLimits& limits() const { return limits_; }
   // The JSON body for an answer the guard writes itself (431, 408, 503), and a

@@ -238,14 +238,12 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
   const int threads = std::max(1, ctx_->options.http_threads > 0 ? ctx_->options.http_threads
                                                                  : ctx_->options.max_connections);
   GuardedHttpServer& http = ctx_->http;
-  http.new_task_queue = [threads, &http] { return new ConnectionPool((size_t)threads, http); };
+  http.new_task_queue = [threads] { return new ConnectionPool((size_t)threads); };
   ConnectionLimits limits;
   limits.max_header_bytes = ctx_->options.max_header_bytes;
   limits.max_header_lines = ctx_->options.max_header_lines;
   limits.header_timeout_s = std::max(1, ctx_->options.header_timeout_s);
   limits.read_timeout_s = std::max(1, ctx_->options.read_timeout_s);
-  // An idle keep-alive connection holds a worker until this runs out, and stop() waits for the workers.
-  limits.keep_alive_timeout_s = 2;
   http.set_limits(limits);
   http.refusal_body = [ctx = ctx_.get()](int status) {
     return dump_json(error_json(error_for_status(httplib::Request{}, status, ctx->options)));
