@@ -16,8 +16,8 @@
 #include "core/thread_pool.h"
 #include "format/hf_checkpoint.h"
 #include "model/arch_registry.h"
-#include "model/hf_tokenizer.h"
 #include "storage/storage.h"
+#include "text/hf_tokenizer.h"
 #include "weights/convert.h"
 #include "weights/streaming_store.h"
 

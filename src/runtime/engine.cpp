@@ -20,7 +20,7 @@
 #include "core/matmul.h"
 #include "model/kv_paged.h"
 #include "runtime/scheduler.h"
-#include "runtime/text_stream.h"
+#include "text/text_stream.h"
 
 namespace spool {
 

@@ -9,14 +9,14 @@
 #include <thread>
 
 #include "cli_common.h"
-#include "core/error.h"
 #include "agents/pipeline_runner.h"
 #include "agents/run_store.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
-#include "model/chat_template.h"
 #include "runtime/engine.h"
 #include "server/auth.h"
 #include "server/http_server.h"
+#include "text/chat_template.h"
 
 namespace spool::cli {
 namespace {
