@@ -8,17 +8,20 @@
 # snapshot hits and wall time, medians and the on/off ratio.
 #
 # usage: bench/hybrid_prefix.sh MODEL
-# environment: SPOOL_BIN=build/spool THREADS=2 WORDS=760 MAX_TOKENS=16 ROUNDS=3 SNAPSHOTS=4 INTERVAL=256 PORT=18460
+# WORDS: words of shared context (~3.4 tokens each with the tiny fixtures' 512-token vocabulary: 300 -> ~1000).
+# environment: SPOOL_BIN=build/spool THREADS=2 WORDS=300 MAX_TOKENS=16 ROUNDS=3 SNAPSHOTS=4 INTERVAL=256 PORT=18460
 set -euo pipefail
 die() { echo "hybrid_prefix: $*" >&2; exit 1; }
 [ $# -eq 1 ] || die "usage: $0 MODEL"
 MODEL=$(realpath "$1"); [ -e "$MODEL" ] || die "no such model: $1"
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 SPOOL=${SPOOL_BIN:-$REPO/build/spool}
-THREADS=${THREADS:-2}; WORDS=${WORDS:-760}; MAX_TOKENS=${MAX_TOKENS:-16}; ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-2}; WORDS=${WORDS:-300}; MAX_TOKENS=${MAX_TOKENS:-16}; ROUNDS=${ROUNDS:-3}
 SNAPSHOTS=${SNAPSHOTS:-4}; INTERVAL=${INTERVAL:-256}; PORT=${PORT:-18460}
 RUN=$(mktemp -d /tmp/spool-hybrid-prefix-XXXXXX)
 curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && die "port $PORT is already in use; set PORT"
+SERVER=""
+trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null' EXIT
 wait_up() { for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; die "server did not start"; }
 stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
@@ -26,7 +29,7 @@ run() {  # $1 label, serve args after
   local label=$1; shift
   "$SPOOL" serve -m "$MODEL" --port "$PORT" -t "$THREADS" -c 2048 --parallel 4 --data-dir "$RUN/data-$label-$r" "$@" \
     2>>"$RUN/spool.log" &
-  local pid=$!; wait_up
+  local pid=$!; SERVER=$pid; wait_up
   python3 - "http://127.0.0.1:$PORT" "$label" "$WORDS" "$MAX_TOKENS" <<'PY' | tee -a "$RUN/raw.jsonl"
 import json, sys, time, urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -56,7 +59,7 @@ print(json.dumps({"label": label, "wall_s": round(wall, 3),
     "computed": int(metric("spool_computed_tokens_total")), "snapshot_hits": int(metric("spool_state_snapshot_hits_total")),
     "texts": [o["choices"][0]["text"] for o in out]}))
 PY
-  stop $pid
+  stop $pid; SERVER=""
 }
 
 for r in $(seq 1 "$ROUNDS"); do

@@ -100,6 +100,36 @@ TEST_P(DeltaRuleChunked, StateCarriesAcrossCalls) {
   EXPECT_LE(max_abs_diff(S, want_S), 1e-5f);
 }
 
+// Chunks are aligned to absolute positions (pos0): rows split into calls at
+// multiples of the chunk give bit for bit what one call gives, which is what
+// lets a sequence continue from a state snapshot or a prefill split over steps.
+TEST_P(DeltaRuleChunked, SplitAtChunkMultiplesIsBitwiseOneCall) {
+  const int dk = 8, dv = 8, n = 45, chunk = 8;
+  const Problem p = make_problem(dk, dv, n, GetParam() == 1 ? 1 : dk, 13);
+  auto rows = [&](int t0, std::vector<float>& o) {
+    return DeltaRuleRows{p.q.data() + (size_t)t0 * dk, p.k.data() + (size_t)t0 * dk, p.v.data() + (size_t)t0 * dv,
+                         (size_t)dk, (size_t)dk, (size_t)dv, p.g.data() + (size_t)t0 * p.n_g, (size_t)p.n_g, p.n_g,
+                         p.beta.data() + t0, 1, o.data() + (size_t)t0 * dv, (size_t)dv};
+  };
+  // One call from position 5 (first chunk 5..7), and the same rows in calls split at 16 and 40.
+  const int pos = 5;
+  std::vector<float> S1 = p.S0, o1((size_t)n * dv), S2 = p.S0, o2((size_t)n * dv);
+  DeltaRuleScratch scratch;
+  delta_rule_chunked(S1.data(), dk, dv, n, rows(0, o1), 0.5f, chunk, scratch, pos);
+  const int cuts[] = {0, 16 - pos, 40 - pos, n};
+  for (int i = 0; i + 1 < 4; ++i)
+    delta_rule_chunked(S2.data(), dk, dv, cuts[i + 1] - cuts[i], rows(cuts[i], o2), 0.5f, chunk, scratch,
+                       pos + cuts[i]);
+  EXPECT_EQ(o1, o2);
+  EXPECT_EQ(S1, S2);
+  // Split elsewhere (not at a multiple of the chunk): the same within rounding, not necessarily bitwise.
+  std::vector<float> S3 = p.S0, o3((size_t)n * dv);
+  delta_rule_chunked(S3.data(), dk, dv, 10, rows(0, o3), 0.5f, chunk, scratch, pos);
+  delta_rule_chunked(S3.data(), dk, dv, n - 10, rows(10, o3), 0.5f, chunk, scratch, pos + 10);
+  EXPECT_LE(max_abs_diff(o3, o1), 1e-5f);
+  EXPECT_LE(max_abs_diff(S3, S1), 1e-5f);
+}
+
 INSTANTIATE_TEST_SUITE_P(Decay, DeltaRuleChunked, ::testing::Values(1, 0),
                          [](const auto& info) { return info.param == 1 ? "PerHead" : "PerChannel"; });
 

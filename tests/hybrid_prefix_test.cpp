@@ -269,6 +269,38 @@ TEST_P(HybridPrefix, CancelFreesTheStateKeepsSnapshots) {
   EXPECT_EQ(s.state_snapshots, 2);
 }
 
+// A pool too small for all four: preempted requests come back through their prefix's snapshot (or from
+// scratch) and still give the tokens they give alone; no state is left behind.
+TEST_P(HybridPrefix, PreemptedRequestsRestoreAndMatch) {
+  const auto prompts = shared_prefix_prompts(model_->config().n_vocab, 140, 4);
+  const int n = 24;
+  std::vector<Output> want;
+  {
+    auto e = make_engine(*model_, base_options());
+    for (const auto& p : prompts) want.push_back(run(*e, {p}, n)[0]);
+  }
+  EngineOptions o = base_options();
+  o.state_snapshots = 4;
+  o.snapshot_interval = 64;
+  o.n_ctx = 256;
+  o.max_batch_tokens = 96;
+  const uint64_t bb = PagedKvCache::block_bytes(model_->kv_shape(), 16);
+  o.kv_bytes = bb * (18 + (4 * model_->kv_shape().recurrent.bytes_per_seq() + bb - 1) / bb);
+  auto e = make_engine(*model_, o);
+  ASSERT_EQ(e->stats().kv_blocks_total, 18);
+  const std::vector<Output> got = run(*e, prompts, n);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].reason, FinishReason::Length) << "request " << i;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;  // recomputed decode steps: tokens, not bits
+  }
+  ASSERT_TRUE(wait_idle(*e));
+  const EngineStats s = e->stats();
+  EXPECT_GT(s.preemptions, 0u);
+  EXPECT_GT(s.state_snapshot_hits, 0u);
+  EXPECT_EQ(s.recurrent_state_bytes, 0u);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrid, HybridPrefix, ::testing::ValuesIn(kHybrids), [](const auto& info) {
   std::string s = info.param;
   for (char& c : s)

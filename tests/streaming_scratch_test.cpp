@@ -27,6 +27,7 @@
 #include "test_util.h"
 #include "core/matmul.h"
 #include "format/gguf.h"
+#include "model/gdn_config.h"
 #include "model/model.h"
 #include "runtime/session.h"
 #include "weights/streaming_store.h"
@@ -93,6 +94,28 @@ TEST_P(ScratchFixture, OneLogitsRowEstimateCoversAPlainPrefill) {
   const uint64_t grown = heap_in_use() - before;
   EXPECT_LE(grown, scratch_bytes_estimate(c, n_ctx, n, MlaForm::Auto, 1) - kScratchFixedBytes + kv_bytes_estimate(c, n_ctx))
       << GetParam();
+}
+
+// Gated DeltaNet hybrids (HF fixtures): the estimate covers a prefill only with
+// their linear-attention buffers (gdn_scratch_bytes) added.
+TEST(ScratchGdn, EstimateWithLinearAttentionBuffersCoversAPrefill) {
+  for (const char* name : {"qwen3next-tiny", "qwen35moe-tiny"}) {
+    auto m = load_model(std::string(SPOOL_SHARED_DIR) + "/fixtures/" + name, LoadOptions{2});
+    const int n_ctx = 160, n = 150;
+    const std::vector<int32_t> prompt = long_prompt(*m, n);
+    Session s(*m, n_ctx, n);
+    const uint64_t before = heap_in_use();
+    s.feed(prompt, true);
+    const uint64_t grown = heap_in_use() - before;
+    const uint64_t gdn = gdn_scratch_bytes(m->file(), m->config(), n);
+    const uint64_t est = scratch_bytes_estimate(m->config(), n_ctx, n) - kScratchFixedBytes +
+                         kv_bytes_estimate(m->config(), n_ctx) + gdn;
+    std::printf("[ scratch  ] %s: %d tokens grew the heap %.3f MiB, estimate %.3f MiB (linear attention %.3f MiB)\n",
+                name, n, grown / 1048576.0, est / 1048576.0, gdn / 1048576.0);
+    EXPECT_GT(gdn, 0u);
+    EXPECT_LE(grown, est) << name;
+    EXPECT_GE(grown * 4, est) << name << ": the estimate is far above what is used";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ScratchFixture,

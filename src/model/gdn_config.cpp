@@ -1,6 +1,8 @@
 // Gated DeltaNet hybrids' shape from GGUF metadata (see the header).
 #include "model/gdn_config.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "format/hf_hybrid.h"
 
@@ -55,6 +57,22 @@ GdnShape read_gdn_shape(const gguf::File& f, ModelConfig& c, bool v_grouped_defa
     c.recurrent.ssm_floats[l] = (int64_t)g.n_v * g.dk * g.dv;
   }
   return g;
+}
+
+uint64_t gdn_scratch_bytes(const gguf::File& f, const ModelConfig& c, int n_tokens) {
+  if (!is_gdn_arch(c.arch)) return 0;
+  ModelConfig shape_of = c;
+  const GdnShape g = read_gdn_shape(f, shape_of, true);
+  const uint64_t n = (uint64_t)std::max(1, n_tokens), K = g.key_dim(), V = g.value_dim(), C = g.conv_dim(),
+                 nv = g.n_v, ff_sh = (uint64_t)f.get_int(c.arch + ".expert_shared_feed_forward_length", c.n_ff);
+  const uint64_t fused = 2 * K + 2 * V;  // mixed_ (and seq_conv_ when it holds the fused qkvz projection)
+  const uint64_t per_token = fused + V + 2 * nv + 2 * nv  // mixed_, z_, ba_, gdecay_ + beta_
+                             + C + std::max(C, fused) + V + 2 * nv + V  // seq_in_, seq_conv_, seq_o_, seq_g_/b_, o_
+                             + 2 * ff_sh + (uint64_t)c.n_embd  // the shared expert's gate/up and output
+                             + 3 * (uint64_t)c.q_dim();          // the gated attention's q + gate and gate
+  const uint64_t L = 64, dk = g.dk, dv = g.dv;  // L: the delta rule's chunk (gdn_model's default)
+  const uint64_t per_thread = L + 2 * L * dk + 2 * L * dv + L * dv + 2 * L * L + L;
+  return (n * per_token + 64 * per_thread) * sizeof(float);
 }
 
 }  // namespace spool

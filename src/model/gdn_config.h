@@ -32,4 +32,11 @@ bool is_gdn_arch(const std::string& arch);
 // missing or inconsistent keys.
 GdnShape read_gdn_shape(const gguf::File& f, ModelConfig& c, bool v_grouped_default);
 
+// Bytes the linear-attention layers of a Gated DeltaNet model (gdn_model.cpp)
+// add to scratch_bytes_estimate for passes of n_tokens tokens: their per-token
+// buffers (projections, conv rows, gates, outputs, the shared expert's rows,
+// the gated attention's q + gate) and the chunked delta rule's per-thread
+// scratch (up to 64 threads). 0 for other architectures.
+uint64_t gdn_scratch_bytes(const gguf::File& f, const ModelConfig& c, int n_tokens);
+
 }  // namespace spool

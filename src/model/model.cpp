@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "format/hf_checkpoint.h"
+#include "model/gdn_config.h"
 #include "model/arch_registry.h"
 #include "storage/storage.h"
 #include "text/hf_tokenizer.h"
@@ -174,14 +175,20 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     if (options.n_batch <= 0) {
       // The most tokens per pass whose scratch takes at most 1/16 of the budget
       // and still leaves the weights' minimum.
-      const uint64_t base = scratch_bytes_estimate(c, n_ctx, 1, options.mla_form, options.n_logits),
+      // Gated DeltaNet hybrids: plus their linear-attention buffers (gdn_config.h).
+      auto estimate = [&](int n) {
+        return scratch_bytes_estimate(c, n_ctx, n, options.mla_form, options.n_logits) +
+               gdn_scratch_bytes(model->file(), c, std::min(n, n_ctx));
+      };
+      const uint64_t base = estimate(1),
                      need = kv + base + held_extra + store.minimum_budget();
       const uint64_t room = std::min(budget / 16, budget > need ? budget - need : 0);
       int n = 1;
-      while (n < std::min(n_ctx, 512) && scratch_bytes_estimate(c, n_ctx, n + 1, options.mla_form, options.n_logits) - base <= room) ++n;
+      while (n < std::min(n_ctx, 512) && estimate(n + 1) - base <= room) ++n;
       model->parts_.options.n_batch = n;
     }
-    const uint64_t scratch = scratch_bytes_estimate(c, n_ctx, model->n_batch(), options.mla_form, options.n_logits) + held_extra;
+    const uint64_t scratch = scratch_bytes_estimate(c, n_ctx, model->n_batch(), options.mla_form, options.n_logits) +
+                             gdn_scratch_bytes(model->file(), c, std::min(model->n_batch(), n_ctx)) + held_extra;
     if (kv + scratch >= budget)
       throw Error("memory budget " + std::to_string(budget >> 20) + " MiB cannot hold the KV cache (" +
                   std::to_string(kv >> 20) + " MiB at " + std::to_string(n_ctx) + " positions) and scratch (" +
@@ -226,8 +233,8 @@ uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx, DType kv_type) {
 // values over the context); the dense FFN's gate/up (MLA models: for
 // kFfnTokenChunk tokens); the MoE router and expert buffers; matmul activation
 // conversions (at most 2 bytes an element, one buffer per block kind); Kimi
-// Delta Attention's buffers and chunk scratch (Gated DeltaNet's are not
-// counted yet: ModelConfig does not carry its head shapes). Plus
+// Delta Attention's buffers and chunk scratch (Gated DeltaNet's come from
+// gdn_scratch_bytes: ModelConfig does not carry their head shapes). Plus
 // kScratchFixedBytes for the process itself (code, libraries, thread stacks,
 // tokenizer: ~8 MiB measured) and per-thread attention scores.
 uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch, MlaForm form, int n_logits) {
