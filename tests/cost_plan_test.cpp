@@ -12,8 +12,8 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/cost_plan.h"
-#include "model/synth.h"
+#include "plan/cost_plan.h"
+#include "synth/synth.h"
 #include "test_util.h"
 
 using namespace spool;

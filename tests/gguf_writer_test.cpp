@@ -16,9 +16,9 @@
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
 #include "model/model.h"
-#include "model/synth.h"
-#include "model/synth_quant_mix.h"
 #include "runtime/session.h"
+#include "synth/synth.h"
+#include "synth/synth_quant_mix.h"
 
 namespace spool {
 namespace {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/thread_pool.h"
@@ -24,10 +25,10 @@
 #include "model/arch_registry.h"
 #include "model/config.h"
 #include "model/model.h"
-#include "model/synth.h"
-#include "model/synth_deepseek2.h"
-#include "model/synth_fill.h"
 #include "runtime/session.h"
+#include "synth/synth.h"
+#include "synth/synth_deepseek2.h"
+#include "synth/synth_fill.h"
 #include "text/tokenizer.h"
 #include "weights/counting_store.h"
 #include "test_util.h"

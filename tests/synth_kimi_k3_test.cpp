@@ -17,9 +17,9 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/manifest.h"
-#include "model/synth.h"
 #include "model/model.h"
-#include "model/synth_kimi_k3.h"
+#include "synth/synth.h"
+#include "synth/synth_kimi_k3.h"
 #include "test_util.h"
 
 using namespace spool;

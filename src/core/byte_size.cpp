@@ -1,4 +1,4 @@
-// parse_memory_size (core/byte_size.h).
+// parse_memory_size and parse_byte_size (core/byte_size.h).
 #include "core/byte_size.h"
 
 #include <cctype>
@@ -24,6 +24,35 @@ uint64_t parse_memory_size(const std::string& s) {
   if (used == 0 || mul == 0 || v <= 0)
     throw Error("invalid size '" + s + "' (expected a positive number with an optional K, M, G or T suffix)");
   return (uint64_t)(v * mul);
+}
+
+uint64_t parse_byte_size(const std::string& text) {
+  std::string s;
+  for (char c : text)
+    if (c != ' ') s += (char)std::toupper((unsigned char)c);
+  if (!s.empty() && s.back() == 'B') s.pop_back();
+  if (!s.empty() && s.back() == 'I') s.pop_back();
+  double mult = 1;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K': mult = 1024.0; break;
+      case 'M': mult = 1048576.0; break;
+      case 'G': mult = 1073741824.0; break;
+      case 'T': mult = 1099511627776.0; break;
+      default: break;
+    }
+    if (mult != 1) s.pop_back();
+  }
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(s, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (s.empty() || used != s.size() || !(x > 0))
+    throw Error("cannot read the size '" + text + "' (examples: 24G, 512M, 3.5GiB, 1000000)");
+  return (uint64_t)(x * mult);
 }
 
 }  // namespace spool

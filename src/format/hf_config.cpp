@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "format/config_json.h"
 #include "format/hf_checkpoint.h"
 #include "format/hf_hybrid.h"
 
@@ -18,33 +19,12 @@ namespace spool::hf {
 namespace {
 
 using nlohmann::json;
+using config_json::fail;
+using config_json::field;
+using config_json::integer;
+using config_json::number;
 using gguf::Value;
 using gguf::ValueType;
-
-[[noreturn]] void fail(const std::string& why) { throw Error("config.json: " + why); }
-
-// The value of a key, or nullptr when it is absent or null.
-const json* field(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-double number(const json& j, const char* key) {
-  const json* v = field(j, key);
-  if (!v) fail(std::string("missing '") + key + "'");
-  if (!v->is_number()) fail(std::string("'") + key + "' should be a number");
-  return v->get<double>();
-}
-
-double number(const json& j, const char* key, double def) { return field(j, key) ? number(j, key) : def; }
-
-int64_t integer(const json& j, const char* key) {
-  const double x = number(j, key);
-  if (x != std::floor(x) || x < 0 || x > 1e12) fail(std::string("'") + key + "' should be a non-negative integer");
-  return (int64_t)x;
-}
-
-int64_t integer(const json& j, const char* key, int64_t def) { return field(j, key) ? integer(j, key) : def; }
 
 // HF model_type -> GGUF architecture of the same layout.
 const char* gguf_arch(const std::string& model_type) {

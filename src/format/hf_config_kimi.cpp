@@ -7,29 +7,17 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "format/config_json.h"
 #include "format/hf_checkpoint.h"
 
 namespace spool::hf {
 namespace {
 
 using nlohmann::json;
+using config_json::fail;
+using config_json::field;
+using config_json::integer;
 using gguf::Value;
-
-[[noreturn]] void fail(const std::string& why) { throw Error("config.json: " + why); }
-
-const json* field(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-int64_t integer(const json& j, const char* key) {
-  const json* v = field(j, key);
-  if (!v) fail(std::string("missing '") + key + "'");
-  if (!v->is_number_integer() || v->get<int64_t>() < 0) fail(std::string("'") + key + "' should be a non-negative integer");
-  return v->get<int64_t>();
-}
-
-int64_t integer(const json& j, const char* key, int64_t def) { return field(j, key) ? integer(j, key) : def; }
 
 // The first of several spellings of a size (top level, or in linear_attn_config).
 int64_t size_of(const json& c, const json* lin, std::initializer_list<const char*> top, const char* in_lin) {

@@ -1,12 +1,9 @@
 // Qwen3 dense (GGUF architecture "qwen3"): the llama block with a per-head
 // RMSNorm on queries and keys before rotary embeddings (NeoX order), no QKV
 // biases, and a head_dim that need not equal n_embd / n_head.
-#include <cmath>
-
 #include "core/error.h"
 #include "model/arch_registry.h"
 #include "model/llama_family.h"
-#include "model/ops.h"
 
 namespace spool {
 namespace {
@@ -19,30 +16,15 @@ class Qwen3Model final : public LlamaFamilyModel {
   }
 
   void forward(const Batch& batch, KvCache& kv, float* logits) override {
-    const ModelConfig& c = config_;
     const int n = batch.size();
-    s_.resize(c, n);
-    float* x = s_.x.data();    // [n, n_embd] residual stream
-    float* xn = s_.xn.data();  // [n, n_embd]
+    s_.resize(config_, n);
+    float* x = s_.x.data();       // [n, n_embd] residual stream
     weights().will_use_layer(0);  // streaming stores read ahead; the resident store ignores these hints
     embed(batch, x);
-    for (int l = 0; l < c.n_layer; ++l) {
+    for (int l = 0; l < config_.n_layer; ++l) {
       weights().will_use_layer(l + 1);
-      const LlamaLayerWeights& L = w_.layers[l];
-      norm(*L.attn_norm, x, xn, n);
-      qkv(L, xn, n);  // q: [n, n_head * head_dim], k: [n, n_head_kv * head_dim], v: [n, n_head_kv * head_dim]
-      head_norm(L.q_norm, s_.q.data(), n, c.n_head);
-      head_norm(L.k_norm, s_.k.data(), n, c.n_head_kv);
-      rope_inplace(s_.q.data(), n, c.n_head, batch);
-      rope_inplace(s_.k.data(), n, c.n_head_kv, batch);
-      kv_store(kv, l, batch, s_.k.data(), s_.v.data());
-      attention(pool(), c, kv, l, batch, s_.q.data(), s_.att.data(), 1.0f / std::sqrt((float)c.head_dim_k));
-      linear(*L.wo, s_.att.data(), s_.out.data(), n);  // [n, n_embd]
-      add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
-
-      norm(*L.ffn_norm, x, xn, n);
-      ffn_swiglu(L, xn, s_.out.data(), n);  // [n, n_embd]
-      add_inplace(x, s_.out.data(), (int64_t)n * c.n_embd);
+      attention_block(l, batch, kv, x, n, QkNorm::PerHead);  // per-head RMSNorm on q and k before rope (NeoX order)
+      ffn_block(l, x, n);  // SwiGLU
     }
     output_logits(batch, x, logits);  // [n_outputs, n_vocab]
   }

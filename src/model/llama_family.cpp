@@ -180,6 +180,36 @@ void LlamaFamilyModel::ffn_moe(const LlamaLayerWeights& L, const float* xn, floa
   moe_forward(weights(), pool(), config_, L.moe, xn, out, n_tokens, moe_s_);  // [n_tokens, n_embd]
 }
 
+void LlamaFamilyModel::attention_block(int l, const Batch& batch, KvCache& kv, float* x, int n_tokens,
+                                       QkNorm qk_norm) {
+  const ModelConfig& c = config_;
+  const LlamaLayerWeights& L = w_.layers[l];
+  float* xn = s_.xn.data();  // [n_tokens, n_embd] normed input
+  norm(*L.attn_norm, x, xn, n_tokens);
+  qkv(L, xn, n_tokens);  // q: [n, n_head * head_dim], k: [n, n_head_kv * head_dim], v: [n, n_head_kv * head_dim_v]
+  if (qk_norm == QkNorm::PerHead) {
+    head_norm(L.q_norm, s_.q.data(), n_tokens, c.n_head);
+    head_norm(L.k_norm, s_.k.data(), n_tokens, c.n_head_kv);
+  }
+  rope_inplace(s_.q.data(), n_tokens, c.n_head, batch);
+  rope_inplace(s_.k.data(), n_tokens, c.n_head_kv, batch);
+  kv_store(kv, l, batch, s_.k.data(), s_.v.data());
+  attention(pool(), c, kv, l, batch, s_.q.data(), s_.att.data(), 1.0f / std::sqrt((float)c.head_dim_k));
+  linear(*L.wo, s_.att.data(), s_.out.data(), n_tokens);  // [n_tokens, n_embd]
+  add_inplace(x, s_.out.data(), (int64_t)n_tokens * c.n_embd);
+}
+
+void LlamaFamilyModel::ffn_block(int l, float* x, int n_tokens) {
+  const LlamaLayerWeights& L = w_.layers[l];
+  float* xn = s_.xn.data();  // [n_tokens, n_embd] normed input
+  norm(*L.ffn_norm, x, xn, n_tokens);
+  if (L.has_experts())
+    ffn_moe(L, xn, s_.out.data(), n_tokens);  // [n_tokens, n_embd] top-k of the layer's experts
+  else
+    ffn_swiglu(L, xn, s_.out.data(), n_tokens);  // [n_tokens, n_embd]
+  add_inplace(x, s_.out.data(), (int64_t)n_tokens * config_.n_embd);
+}
+
 void LlamaFamilyModel::output_logits(const Batch& batch, const float* x, float* logits) {
   // Gather the rows that want logits, then one matmul for all of them.
   const int d = config_.n_embd;

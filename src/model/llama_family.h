@@ -43,6 +43,9 @@ struct LlamaScratch {
   void resize(const ModelConfig& cfg, int n_tokens);
 };
 
+// Per-head RMSNorm of queries and keys before rotary embeddings (qwen3, qwen3moe).
+enum class QkNorm { None, PerHead };
+
 // Shared pieces; each architecture's forward() calls them in order.
 class LlamaFamilyModel : public Model {
  public:
@@ -69,6 +72,12 @@ class LlamaFamilyModel : public Model {
   void rope_inplace(float* x, int n_tokens, int n_heads, const Batch& batch);
   void ffn_swiglu(const LlamaLayerWeights& L, const float* xn, float* out, int n_tokens);
   void ffn_moe(const LlamaLayerWeights& L, const float* xn, float* out, int n_tokens);  // routed experts
+  // The two halves of a llama block, each adding its output to the residual
+  // stream x [n_tokens, n_embd]:
+  // attention: x += wo · attention(rope(q), rope(k), v), q/k/v from norm(x), k/v stored in layer l of kv;
+  void attention_block(int l, const Batch& batch, KvCache& kv, float* x, int n_tokens, QkNorm qk_norm);
+  // feed-forward: x += ffn(norm(x)), the layer's routed experts when it has them, else SwiGLU.
+  void ffn_block(int l, float* x, int n_tokens);
   // Final norm + output projection for the rows that want logits.
   void output_logits(const Batch& batch, const float* x, float* logits);
 

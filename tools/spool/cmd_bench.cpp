@@ -15,8 +15,8 @@
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/thread_pool.h"
-#include "model/synth_quant_mix.h"
 #include "runtime/session.h"
+#include "synth/synth_quant_mix.h"
 #include "stream_stats.h"
 
 namespace spool::cli {

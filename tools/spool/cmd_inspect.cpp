@@ -10,8 +10,8 @@
 #include "model/config.h"
 #include "model/gdn_config.h"
 #include "model/model.h"
-#include "model/synth_quant_mix.h"
 #include "model/tokenizer_file.h"
+#include "synth/synth_quant_mix.h"
 
 namespace spool::cli {
 namespace {

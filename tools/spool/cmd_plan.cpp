@@ -1,5 +1,5 @@
 // `spool plan MODEL | --preset kimi-k3 --device PROFILE`: what a model costs
-// on a device, from its tensor table alone (model/cost_plan.h): bytes per
+// on a device, from its tensor table alone (plan/cost_plan.h): bytes per
 // token, what stays resident, bytes read per token at an expert-cache hit
 // rate, KV + state per token of context, decode tok/s and TTFT at the storage
 // bound, with every assumption printed. --context-table compares K3's KV +
@@ -8,10 +8,10 @@
 #include <memory>
 
 #include "cli_common.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/cost_plan.h"
-#include "model/synth_deepseek2.h"  // parse_byte_size
+#include "plan/cost_plan.h"
 
 namespace spool::cli {
 namespace {

@@ -15,13 +15,14 @@
 
 #include "weights/counting_store.h"
 #include "cli_common.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/arch_registry.h"
-#include "model/synth.h"
-#include "model/synth_deepseek2.h"
-#include "model/synth_kimi_k3.h"
 #include "runtime/session.h"
+#include "synth/synth.h"
+#include "synth/synth_deepseek2.h"
+#include "synth/synth_kimi_k3.h"
 #include "text/tokenizer.h"
 #include "weights/weight_store.h"
 

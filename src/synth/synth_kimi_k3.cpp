@@ -4,31 +4,23 @@
 // ../shared/fixtures/gguf/kimi-k3-tiny.f32.gguf), the dtype rules, and writing:
 // routed experts from pools of pre-quantized blocks (MXFP4 by default), other
 // tensors likewise or as floats, in parallel, streamed to disk.
-#include "model/synth_kimi_k3.h"
+#include "synth/synth_kimi_k3.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
-#include <cstdio>
-#include <filesystem>
 #include <functional>
-#include <map>
-#include <memory>
-#include <numeric>
-#include <thread>
 
 #include "core/error.h"
 #include "core/kernels.h"
-#include "core/thread_pool.h"
 #include "format/gguf_writer.h"
-#include "model/synth_fill.h"
-#include "model/synth_quant_mix.h"
+#include "synth/synth_fill.h"
+#include "synth/synth_quant_mix.h"
 
 namespace spool {
 namespace {
 
-namespace fs = std::filesystem;
+using synth::fmt;
 using synth::mix64;
 
 constexpr const char* kDefaultVocab = "fixtures/gguf/qwen2-tiny.f32.gguf";  // 512 tokens: small embd/output
@@ -61,17 +53,6 @@ constexpr KimiK3Preset kPresets[] = {
 };
 #undef KIMI_K3
 
-std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
-std::string fmt(const char* f, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  return buf;
-}
-
-
 // ---- dtypes -------------------------------------------------------------------------
 
 // --type T: routed experts T. MXFP4 follows llama.cpp's MXFP4_MOE rule for
@@ -87,12 +68,7 @@ struct TypeRule {
 };
 
 TypeRule type_rule(const std::string& type) {
-  const QuantRecipe* r = find_quant_recipe(type);
-  if (!r) {
-    std::string list;
-    for (const auto& n : quant_recipe_names()) list += (list.empty() ? "" : ", ") + n;
-    throw Error("unknown --type '" + type + "' (types: " + list + ")");
-  }
+  const QuantRecipe* r = &synth::require_quant_recipe(type);
   if (r->base == DType::MXFP4)
     return {r, find_quant_recipe("Q8_0"), r,
             "routed experts MXFP4; attn_k_b / attn_v_b MXFP4 and other matrices Q8_0 (llama.cpp's MXFP4_MOE); "
@@ -265,28 +241,6 @@ void set_metadata(KimiK3Plan& plan, uint64_t seed, bool quantized) {
   set(a + "vocab_size", value_u32((uint32_t)plan.n_vocab));
 }
 
-struct Vocab {
-  int n_vocab = 0;
-  uint64_t header_bytes = 0;  // serialized tokenizer.* keys
-};
-
-Vocab read_vocab(const std::string& path) {
-  Vocab v;
-  gguf::Writer w;
-  w.set("general.alignment", gguf::value_u32(1));
-  const uint64_t without = w.header_bytes();
-  v.n_vocab = copy_vocab(gguf::open(path), 0, w);
-  v.header_bytes = w.header_bytes() - without;
-  return v;
-}
-
-uint64_t planned_file_bytes(const KimiK3Plan& plan, uint64_t vocab_header_bytes) {
-  gguf::Writer w;
-  for (const auto& [k, v] : plan.metadata) w.set(k, v);
-  for (const K3Tensor& t : plan.tensors) w.add_tensor(t.name, t.type, t.shape);
-  return w.header_bytes() + vocab_header_bytes + w.data_bytes();
-}
-
 // Chooses n_layer / n_expert; returns the rule used.
 std::string fit_counts(KimiK3Preset& s, const SynthOptions& o, const std::function<uint64_t()>& size_now) {
   const uint64_t target = o.target_size;
@@ -335,16 +289,6 @@ std::string fit_counts(KimiK3Preset& s, const SynthOptions& o, const std::functi
   return rule;
 }
 
-// exp_probs_b[e] = -skew * ln(1 + rank[e]) with a random popularity rank per layer.
-std::vector<float> choice_bias(int n_expert, float skew, uint64_t stream) {
-  std::vector<int> rank(n_expert);
-  std::iota(rank.begin(), rank.end(), 0);
-  for (int i = n_expert - 1; i > 0; --i) std::swap(rank[i], rank[mix64(stream + (uint64_t)i) % (uint64_t)(i + 1)]);
-  std::vector<float> bias(n_expert);
-  for (int e = 0; e < n_expert; ++e) bias[e] = -skew * std::log1p((float)rank[e]);
-  return bias;
-}
-
 }  // namespace
 
 const KimiK3Preset* find_kimi_k3_preset(const std::string& name) {
@@ -385,12 +329,12 @@ KimiK3Plan plan_kimi_k3(const SynthOptions& o, int n_vocab_override) {
   KimiK3Plan plan;
   plan.shape = *preset;
   plan.preset_name = preset_name;
-  Vocab vocab;
+  synth::VocabKeys vocab;
   if (n_vocab_override > 0) {
     vocab.n_vocab = n_vocab_override;
   } else {
     plan.vocab_from = o.vocab_from.empty() ? resolve_shared_file(kDefaultVocab) : o.vocab_from;
-    vocab = read_vocab(plan.vocab_from);
+    vocab = synth::measure_vocab(plan.vocab_from);
   }
   plan.n_vocab = vocab.n_vocab;
   plan.expert_type = rule.expert->base;
@@ -404,7 +348,7 @@ KimiK3Plan plan_kimi_k3(const SynthOptions& o, int n_vocab_override) {
     plan.tensors = PlanBuilder(plan.shape, plan.n_vocab, rule).build();
     plan.metadata.clear();
     set_metadata(plan, o.seed, quantized);
-    return planned_file_bytes(plan, vocab.header_bytes);
+    return synth::planned_file_bytes(plan.metadata, synth::tensor_headers(plan.tensors), vocab.header_bytes);
   };
   plan.fit_rule = fit_counts(plan.shape, o, rebuild);
   const KimiK3Preset& s = plan.shape;
@@ -421,7 +365,7 @@ KimiK3Plan plan_kimi_k3(const SynthOptions& o, int n_vocab_override) {
   }
   plan.expert_bytes /= (uint64_t)plan.n_moe_layers();
   for (int l = 0; l < plan.n_moe_layers(); ++l)
-    plan.choice_bias.push_back(choice_bias(s.n_expert, plan.router_skew, mix64(o.seed * 0x9E3779B97F4A7C15ull + 2000 + l)));
+    plan.choice_bias.push_back(synth::choice_bias(s.n_expert, plan.router_skew, mix64(o.seed * 0x9E3779B97F4A7C15ull + 2000 + l)));
   return plan;
 }
 
@@ -465,30 +409,22 @@ namespace {
 
 class TensorFiller {
  public:
-  TensorFiller(const KimiK3Plan& plan, uint64_t seed) : plan_(plan), seed_(seed), q4k_(kWeightStd) {}
-
-  void prepare(DType type) {
-    if (type != DType::Q4_K && dtype_traits(type).quantized && !pools_.count(type))
-      pools_[type] = std::make_unique<synth::BlockPool>(type, seed_, kWeightStd);
+  TensorFiller(const KimiK3Plan& plan, uint64_t seed) : plan_(plan), seed_(seed), weights_(seed, kWeightStd, true) {
+    for (const K3Tensor& t : plan.tensors)
+      if (t.init == K3Init::Weight) weights_.prepare(t.type);
   }
 
-  void fill(const K3Tensor& t, uint64_t tensor_stream, int64_t row0, int64_t n_rows, uint8_t* dst) const {
+  void fill(size_t ti, int64_t row0, int64_t n_rows, uint8_t* dst) const {
+    const K3Tensor& t = plan_.tensors[ti];
+    const uint64_t tensor_stream = synth::tensor_stream(seed_, ti);
     const int64_t n = t.shape[0];
     const size_t rb = row_bytes(t.type, n);
-    const int64_t n_blocks = n / dtype_traits(t.type).block_size;
     thread_local std::vector<float> row;
     row.resize((size_t)n);
     for (int64_t r = 0; r < n_rows; ++r) {
-      const uint64_t stream = mix64(tensor_stream ^ (uint64_t)(row0 + r) * 0xD1B54A32D192ED03ull);
+      const uint64_t stream = synth::row_stream(tensor_stream, row0 + r);
       uint8_t* out = dst + (size_t)r * rb;
-      if (t.init == K3Init::Weight && t.type == DType::Q4_K) {
-        q4k_.fill_row(out, n_blocks, stream);
-        continue;
-      }
-      if (t.init == K3Init::Weight && dtype_traits(t.type).quantized) {
-        pools_.at(t.type)->fill_row(out, n_blocks, stream);
-        continue;
-      }
+      if (t.init == K3Init::Weight && weights_.fill_row(t.type, out, n, stream)) continue;
       fill_floats(t, row.data(), n, stream);
       quantize_row(t.type, row.data(), out, n);
     }
@@ -517,8 +453,7 @@ class TensorFiller {
 
   const KimiK3Plan& plan_;
   uint64_t seed_;
-  synth::RandomQ4K q4k_;
-  std::map<DType, std::unique_ptr<synth::BlockPool>> pools_;
+  synth::WeightRows weights_;
 };
 
 }  // namespace
@@ -527,41 +462,13 @@ SynthResult write_kimi_k3(const KimiK3Plan& plan, const SynthOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.out.empty()) throw Error("synth needs an output file (--out FILE.gguf)");
   if (plan.vocab_from.empty()) throw Error("synth: this kimi-k3 plan has no vocabulary file to copy");
-  gguf::Writer w;
-  w.set_direct_io(true);
-  for (const auto& [k, v] : plan.metadata) w.set(k, v);
-  const int n_vocab = copy_vocab(gguf::open(plan.vocab_from), plan.n_vocab, w);
-  if (n_vocab != plan.n_vocab) throw Error("vocabulary file '" + plan.vocab_from + "' changed while planning");
-  TensorFiller filler(plan, o.seed);
-  for (const K3Tensor& t : plan.tensors) {
-    if (!kernels()[t.type].quantize)
-      throw Error(std::string("synth: no quantizer for type ") + dtype_name(t.type) + " in this build");
-    filler.prepare(t.type);
-    w.add_tensor(t.name, t.type, t.shape);
-  }
-  const int n_threads = o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-  ThreadPool pool(n_threads);
-  w.begin(o.out);
-  for (size_t ti = 0; ti < plan.tensors.size(); ++ti) {
-    const K3Tensor& t = plan.tensors[ti];
-    const uint64_t tensor_stream = mix64(o.seed * 0x2545F4914F6CDD1Dull + ti + 1);
-    w.write_tensor_rows(ti, [&](int64_t row0, int64_t n_rows, void* dst) {
-      filler.fill(t, tensor_stream, row0, n_rows, static_cast<uint8_t*>(dst));
-    }, &pool);
-  }
-  w.finish();
-
-  SynthResult r;
+  const TensorFiller filler(plan, o.seed);
+  synth::write_gguf(o, plan.metadata, plan.vocab_from, plan.n_vocab, synth::tensor_headers(plan.tensors),
+                    [&](size_t ti, int64_t row0, int64_t n_rows, uint8_t* dst) { filler.fill(ti, row0, n_rows, dst); });
+  SynthResult r = synth::plan_result("kimi-k3", o, plan.vocab_from, (int)plan.tensors.size(), plan.n_vocab, 0,
+                                     describe_kimi_k3_plan(plan));
   r.path = o.out;
-  r.arch = "kimi-k3";
-  r.type = o.type;
-  r.vocab_from = plan.vocab_from;
-  r.n_tensors = (int)plan.tensors.size();
-  r.n_vocab = plan.n_vocab;
-  r.bytes = fs::file_size(o.out);
-  r.plan = describe_kimi_k3_plan(plan);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  return synth::written_result(std::move(r), t0);
 }
 
 }  // namespace spool

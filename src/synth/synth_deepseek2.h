@@ -14,7 +14,7 @@
 
 #include "core/dtype.h"
 #include "format/gguf.h"
-#include "model/synth.h"
+#include "synth/synth_common.h"
 
 namespace spool {
 
@@ -88,8 +88,5 @@ std::string describe_plan(const Deepseek2Plan& plan);
 
 // Writes the planned file to options.out.
 SynthResult write_deepseek2(const Deepseek2Plan& plan, const SynthOptions& options);
-
-// "24G", "512M", "3.5GB", "1000000" -> bytes (K/M/G/T are powers of 1024).
-uint64_t parse_byte_size(const std::string& text);
 
 }  // namespace spool

@@ -1,5 +1,5 @@
 // Random tensor contents for synthetic models (see synth_fill.h).
-#include "model/synth_fill.h"
+#include "synth/synth_fill.h"
 
 #include <cmath>
 #include <cstring>

@@ -4,7 +4,7 @@
 // first, as the streaming store does, then an expert cache), and turns the
 // bytes that must still come from storage into tok/s and TTFT bounds. KV and
 // recurrent-state sizes come from kv_bytes_estimate, the engine's own budget.
-#include "model/cost_plan.h"
+#include "plan/cost_plan.h"
 
 #include <algorithm>
 #include <cstdarg>
@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "model/model.h"
-#include "model/synth_kimi_k3.h"
+#include "synth/synth_kimi_k3.h"
 
 namespace spool {
 namespace {

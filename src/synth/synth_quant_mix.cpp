@@ -3,7 +3,7 @@
 // tied token_embd) in Q6_K, attn_v and ffn_down in Q6_K on the "more bits"
 // layers (first and last eighth, and every third in between), Q4_K elsewhere.
 // The same rules give a deepseek2 file's non-expert tensors their types.
-#include "model/synth_quant_mix.h"
+#include "synth/synth_quant_mix.h"
 
 #include <cctype>
 

@@ -15,7 +15,7 @@
 
 #include "core/dtype.h"
 #include "format/gguf.h"
-#include "model/synth.h"
+#include "synth/synth_common.h"
 
 namespace spool {
 

@@ -4,34 +4,27 @@
 // expert counts to a file size, the rank-based router bias, and streaming the
 // data to disk: routed experts as Q4_K blocks made from random bytes, other
 // tensors from pools of pre-quantized blocks, in parallel, in 32 MiB chunks.
-#include "model/synth_deepseek2.h"
+#include "synth/synth_deepseek2.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
-#include <cstdarg>
-#include <functional>
 #include <cmath>
-#include <cstdio>
-#include <filesystem>
+#include <functional>
 #include <map>
-#include <memory>
 #include <numeric>
-#include <thread>
 
 #include "core/error.h"
 #include "core/kernels.h"
-#include "core/thread_pool.h"
 #include "format/gguf_writer.h"
 #include "model/config.h"
 #include "model/moe.h"
-#include "model/synth_fill.h"
-#include "model/synth_quant_mix.h"
+#include "synth/synth_fill.h"
+#include "synth/synth_quant_mix.h"
 
 namespace spool {
 namespace {
 
-namespace fs = std::filesystem;
+using synth::fmt;
 using synth::mix64;
 
 // The 512-token byte-level BPE of the qwen2 fixture: keeps token_embd/output small.
@@ -69,16 +62,6 @@ constexpr Deepseek2Preset kPresets[] = {
 #undef KIMI_K2
 #undef DEEPSEEK_V3
 
-std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
-std::string fmt(const char* f, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, f);
-  std::vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  return buf;
-}
-
 uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 // ---- tensor types -----------------------------------------------------------------
@@ -92,12 +75,7 @@ struct TypeRule {
 };
 
 TypeRule type_rule(const std::string& type) {
-  const QuantRecipe* r = find_quant_recipe(type);
-  if (!r) {
-    std::string list;
-    for (const auto& n : quant_recipe_names()) list += (list.empty() ? "" : ", ") + n;
-    throw Error("unknown --type '" + type + "' (types: " + list + ")");
-  }
+  const QuantRecipe* r = &synth::require_quant_recipe(type);
   const QuantRecipe* mix = r->base == DType::Q4_K ? find_quant_recipe("Q4_K_M") : r;
   return {r, mix};
 }
@@ -221,32 +199,6 @@ void set_metadata(Deepseek2Plan& plan, const std::string& preset_name, uint64_t 
   set(a + "expert_weights_norm", value_bool(true));
 }
 
-// The vocabulary's tokenizer keys, and the header bytes they add.
-struct Vocab {
-  gguf::File file;
-  int n_vocab = 0;
-  uint64_t header_bytes = 0;  // serialized tokenizer.* keys
-};
-
-Vocab read_vocab(const std::string& path) {
-  Vocab v;
-  v.file = gguf::open(path);
-  gguf::Writer w;
-  w.set("general.alignment", gguf::value_u32(1));  // unpadded, to measure the keys alone
-  const uint64_t without_vocab = w.header_bytes();
-  v.n_vocab = copy_vocab(v.file, 0, w);
-  v.header_bytes = w.header_bytes() - without_vocab;
-  return v;
-}
-
-uint64_t planned_file_bytes(const Deepseek2Plan& plan, uint64_t vocab_header_bytes) {
-  gguf::Writer w;
-  for (const auto& [k, v] : plan.metadata) w.set(k, v);
-  for (const SynthTensor& t : plan.tensors) w.add_tensor(t.name, t.type, t.shape);
-  // The tokenizer keys are added at write time; the header's final padding is at most 31 bytes off.
-  return w.header_bytes() + vocab_header_bytes + w.data_bytes();
-}
-
 bool valid_expert_count(const Deepseek2Preset& s, int n) {
   if (n < s.n_expert_used || n < 1) return false;
   if (s.n_group > 1)
@@ -306,17 +258,6 @@ std::string fit_counts(Deepseek2Preset& s, const SynthOptions& o, const std::fun
   return rule;
 }
 
-// exp_probs_b[e] = -skew * ln(1 + rank[e]), rank a random permutation per layer:
-// a Zipf-like penalty on the selection score (it never changes mixing weights).
-std::vector<float> choice_bias(int n_expert, float skew, uint64_t stream) {
-  std::vector<int> rank(n_expert);
-  std::iota(rank.begin(), rank.end(), 0);
-  for (int i = n_expert - 1; i > 0; --i) std::swap(rank[i], rank[mix64(stream + (uint64_t)i) % (uint64_t)(i + 1)]);
-  std::vector<float> bias(n_expert);
-  for (int e = 0; e < n_expert; ++e) bias[e] = -skew * std::log1p((float)rank[e]);
-  return bias;
-}
-
 }  // namespace
 
 const Deepseek2Preset* find_deepseek2_preset(const std::string& name) {
@@ -329,35 +270,6 @@ std::vector<std::string> deepseek2_preset_names() {
   std::vector<std::string> out;
   for (const Deepseek2Preset& p : kPresets) out.push_back(p.name);
   return out;
-}
-
-uint64_t parse_byte_size(const std::string& text) {
-  std::string s;
-  for (char c : text)
-    if (c != ' ') s += (char)std::toupper((unsigned char)c);
-  if (!s.empty() && s.back() == 'B') s.pop_back();
-  if (!s.empty() && s.back() == 'I') s.pop_back();
-  double mult = 1;
-  if (!s.empty()) {
-    switch (s.back()) {
-      case 'K': mult = 1024.0; break;
-      case 'M': mult = 1048576.0; break;
-      case 'G': mult = 1073741824.0; break;
-      case 'T': mult = 1099511627776.0; break;
-      default: break;
-    }
-    if (mult != 1) s.pop_back();
-  }
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(s, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (s.empty() || used != s.size() || !(x > 0))
-    throw Error("cannot read the size '" + text + "' (examples: 24G, 512M, 3.5GiB, 1000000)");
-  return (uint64_t)(x * mult);
 }
 
 uint64_t Deepseek2Plan::bytes_per_token() const {
@@ -387,7 +299,7 @@ Deepseek2Plan plan_deepseek2(const SynthOptions& o) {
   Deepseek2Plan plan;
   plan.shape = *preset;
   plan.vocab_from = o.vocab_from.empty() ? resolve_shared_file(kDefaultVocab) : o.vocab_from;
-  const Vocab vocab = read_vocab(plan.vocab_from);
+  const synth::VocabKeys vocab = synth::measure_vocab(plan.vocab_from);
   plan.n_vocab = vocab.n_vocab;
   plan.expert_type = rule.recipe->base;
   plan.file_type = rule.nonexpert->file_type;
@@ -399,7 +311,7 @@ Deepseek2Plan plan_deepseek2(const SynthOptions& o) {
     plan.tensors = PlanBuilder(plan.shape, plan.n_vocab, rule).build();
     plan.metadata.clear();
     set_metadata(plan, preset_name, o.seed, quantized);
-    return planned_file_bytes(plan, vocab.header_bytes);
+    return synth::planned_file_bytes(plan.metadata, synth::tensor_headers(plan.tensors), vocab.header_bytes);
   };
   plan.fit_rule = fit_counts(plan.shape, o, rebuild);
   const Deepseek2Preset& s = plan.shape;
@@ -421,7 +333,7 @@ Deepseek2Plan plan_deepseek2(const SynthOptions& o) {
   }
   plan.expert_bytes /= (uint64_t)plan.n_moe_layers();
   for (int l = 0; l < plan.n_moe_layers(); ++l)
-    plan.choice_bias.push_back(choice_bias(s.n_expert, plan.router_skew, mix64(o.seed * 0x9E3779B97F4A7C15ull + 1000 + l)));
+    plan.choice_bias.push_back(synth::choice_bias(s.n_expert, plan.router_skew, mix64(o.seed * 0x9E3779B97F4A7C15ull + 1000 + l)));
   return plan;
 }
 
@@ -518,33 +430,25 @@ std::string describe_plan(const Deepseek2Plan& plan) {
 
 namespace {
 
-// Produces any planned tensor's rows; one per tensor, shared by the fill threads.
+// Produces any planned tensor's rows; shared by the fill threads.
 class TensorFiller {
  public:
-  TensorFiller(const Deepseek2Plan& plan, uint64_t seed) : plan_(plan), seed_(seed), q4k_(kWeightStd) {}
-
-  void prepare(DType type) {
-    if (type != DType::Q4_K && dtype_traits(type).quantized && !pools_.count(type))
-      pools_[type] = std::make_unique<synth::BlockPool>(type, seed_, kWeightStd);
+  TensorFiller(const Deepseek2Plan& plan, uint64_t seed) : plan_(plan), seed_(seed), weights_(seed, kWeightStd, true) {
+    for (const SynthTensor& t : plan.tensors)
+      if (t.init == SynthInit::Weight) weights_.prepare(t.type);
   }
 
-  void fill(const SynthTensor& t, uint64_t tensor_stream, int64_t row0, int64_t n_rows, uint8_t* dst) const {
+  void fill(size_t ti, int64_t row0, int64_t n_rows, uint8_t* dst) const {
+    const SynthTensor& t = plan_.tensors[ti];
+    const uint64_t tensor_stream = synth::tensor_stream(seed_, ti);
     const int64_t n = t.shape[0];
     const size_t rb = row_bytes(t.type, n);
-    const int64_t n_blocks = n / dtype_traits(t.type).block_size;
     thread_local std::vector<float> row;
     row.resize((size_t)n);
     for (int64_t r = 0; r < n_rows; ++r) {
-      const uint64_t stream = mix64(tensor_stream ^ (uint64_t)(row0 + r) * 0xD1B54A32D192ED03ull);
+      const uint64_t stream = synth::row_stream(tensor_stream, row0 + r);
       uint8_t* out = dst + (size_t)r * rb;
-      if (t.init == SynthInit::Weight && t.type == DType::Q4_K) {
-        q4k_.fill_row(out, n_blocks, stream);
-        continue;
-      }
-      if (t.init == SynthInit::Weight && dtype_traits(t.type).quantized) {
-        pools_.at(t.type)->fill_row(out, n_blocks, stream);
-        continue;
-      }
+      if (t.init == SynthInit::Weight && weights_.fill_row(t.type, out, n, stream)) continue;
       switch (t.init) {
         case SynthInit::Weight: synth::fill_normal(row.data(), n, stream, 0.0f, kWeightStd); break;
         case SynthInit::NearOne: synth::fill_normal(row.data(), n, stream, 1.0f, kWeightStd); break;
@@ -563,8 +467,7 @@ class TensorFiller {
  private:
   const Deepseek2Plan& plan_;
   uint64_t seed_;
-  synth::RandomQ4K q4k_;
-  std::map<DType, std::unique_ptr<synth::BlockPool>> pools_;
+  synth::WeightRows weights_;
 };
 
 }  // namespace
@@ -572,41 +475,13 @@ class TensorFiller {
 SynthResult write_deepseek2(const Deepseek2Plan& plan, const SynthOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.out.empty()) throw Error("synth needs an output file (--out FILE.gguf)");
-  gguf::Writer w;
-  w.set_direct_io(true);  // GBs at device speed, without flooding the page cache
-  for (const auto& [k, v] : plan.metadata) w.set(k, v);
-  const int n_vocab = copy_vocab(gguf::open(plan.vocab_from), plan.n_vocab, w);
-  if (n_vocab != plan.n_vocab) throw Error("vocabulary file '" + plan.vocab_from + "' changed while planning");
-  TensorFiller filler(plan, o.seed);
-  for (const SynthTensor& t : plan.tensors) {
-    if (!kernels()[t.type].quantize)
-      throw Error(std::string("synth: no quantizer for type ") + dtype_name(t.type) + " in this build");
-    filler.prepare(t.type);
-    w.add_tensor(t.name, t.type, t.shape);
-  }
-  const int n_threads = o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-  ThreadPool pool(n_threads);
-  w.begin(o.out);
-  for (size_t ti = 0; ti < plan.tensors.size(); ++ti) {
-    const SynthTensor& t = plan.tensors[ti];
-    const uint64_t tensor_stream = mix64(o.seed * 0x2545F4914F6CDD1Dull + ti + 1);
-    w.write_tensor_rows(ti, [&](int64_t row0, int64_t n_rows, void* dst) {
-      filler.fill(t, tensor_stream, row0, n_rows, static_cast<uint8_t*>(dst));
-    }, &pool);
-  }
-  w.finish();
-
-  SynthResult r;
+  const TensorFiller filler(plan, o.seed);
+  synth::write_gguf(o, plan.metadata, plan.vocab_from, plan.n_vocab, synth::tensor_headers(plan.tensors),
+                    [&](size_t ti, int64_t row0, int64_t n_rows, uint8_t* dst) { filler.fill(ti, row0, n_rows, dst); });
+  SynthResult r = synth::plan_result("deepseek2", o, plan.vocab_from, (int)plan.tensors.size(), plan.n_vocab, 0,
+                                     describe_plan(plan));
   r.path = o.out;
-  r.arch = "deepseek2";
-  r.type = o.type;
-  r.vocab_from = plan.vocab_from;
-  r.n_tensors = (int)plan.tensors.size();
-  r.n_vocab = plan.n_vocab;
-  r.bytes = fs::file_size(o.out);
-  r.plan = describe_plan(plan);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  return synth::written_result(std::move(r), t0);
 }
 
 }  // namespace spool

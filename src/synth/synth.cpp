@@ -2,31 +2,24 @@
 // metadata keys, a tokenizer copied from a vocabulary GGUF, and weights drawn
 // row by row from a counter-based generator (so the file depends only on the
 // seed, not on the thread count), produced in parallel while writing.
-#include "model/synth.h"
-
-#include <unistd.h>
+#include "synth/synth.h"
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <map>
-#include <memory>
 
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/thread_pool.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
-#include "model/synth_deepseek2.h"
-#include "model/synth_fill.h"
-#include "model/synth_kimi_k3.h"
-#include "model/synth_quant_mix.h"
+#include "synth/synth_deepseek2.h"
+#include "synth/synth_fill.h"
+#include "synth/synth_kimi_k3.h"
+#include "synth/synth_quant_mix.h"
 
 namespace spool {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr const char* kLlamaVocab = "llama-2-tiny-random.gguf";
 // No Qwen or Llama-3 vocabulary GGUF is in the shared data; GPT-2's byte-level
@@ -61,9 +54,7 @@ struct Shape {
   bool tied;
 };
 
-using synth::BlockPool;
 using synth::fill_normal;
-using synth::mix64;
 
 void fill_tensor_row(const PlannedTensor& t, float* x, uint64_t stream) {
   const int64_t n = t.shape[0];
@@ -136,30 +127,6 @@ std::vector<PlannedTensor> plan_tensors(const Shape& s, const QuantRecipe& recip
 
 // ---- metadata --------------------------------------------------------------------
 
-// Copies every tokenizer.* key; pads the token list with unused "[PAD<i>]"
-// entries up to n_vocab (as llama.cpp's converter does for padded
-// embeddings). Returns the final vocabulary size.
-int copy_vocab_keys(const gguf::File& vocab, int n_vocab, gguf::Writer& w) {
-  const gguf::Value* tokens = vocab.find("tokenizer.ggml.tokens");
-  if (!tokens || tokens->elem_type != gguf::ValueType::STRING || tokens->strings.empty())
-    throw Error("vocabulary file has no tokenizer.ggml.tokens string array");
-  const size_t n_have = tokens->strings.size();
-  const size_t n_want = std::max<size_t>(n_have, n_vocab > 0 ? (size_t)n_vocab : 0);
-  for (const auto& [key, value] : vocab.kv) {
-    if (key.rfind("tokenizer.", 0) != 0) continue;
-    gguf::Value v = value;
-    if (v.is_array() && v.array_size() == n_have && n_want > n_have) {
-      if (key == "tokenizer.ggml.tokens")
-        for (size_t i = n_have; i < n_want; ++i) v.strings.push_back("[PAD" + std::to_string(i) + "]");
-      else if (key == "tokenizer.ggml.token_type") v.ints.resize(n_want, 5);  // LLAMA_TOKEN_TYPE_UNUSED
-      else if (!v.floats.empty()) v.floats.resize(n_want, -1000.0);        // scores
-      else if (!v.ints.empty()) v.ints.resize(n_want, 0);
-    }
-    w.set(key, std::move(v));
-  }
-  return (int)n_want;
-}
-
 void set_model_metadata(const Shape& s, const std::string& preset, const QuantRecipe& recipe, uint64_t seed,
                         bool quantized, gguf::Writer& w) {
   using namespace gguf;
@@ -188,28 +155,22 @@ void set_model_metadata(const Shape& s, const std::string& preset, const QuantRe
 // ---- writing ---------------------------------------------------------------------
 
 void write_weights(const std::vector<PlannedTensor>& plan, uint64_t seed, ThreadPool& pool, gguf::Writer& w) {
-  std::map<DType, std::unique_ptr<BlockPool>> block_pools;
+  synth::WeightRows blocks(seed, 0.02f, /*random_q4k=*/false);
   for (const PlannedTensor& t : plan)
-    if (t.init == Init::Weight && dtype_traits(t.type).quantized && !block_pools.count(t.type))
-      block_pools[t.type] = std::make_unique<BlockPool>(t.type, seed, 0.02f);
+    if (t.init == Init::Weight) blocks.prepare(t.type);
   for (size_t ti = 0; ti < plan.size(); ++ti) {
     const PlannedTensor& t = plan[ti];
     const size_t rb = row_bytes(t.type, t.shape[0]);
-    const uint64_t tensor_stream = mix64(seed * 0x2545F4914F6CDD1Dull + ti + 1);
-    const BlockPool* blocks = t.init == Init::Weight && block_pools.count(t.type) ? block_pools[t.type].get() : nullptr;
-    const int64_t n_blocks = t.shape[0] / dtype_traits(t.type).block_size;
+    const uint64_t tensor_stream = synth::tensor_stream(seed, ti);
     auto fill = [&](int64_t row0, int64_t n_rows, void* dst) {
       thread_local std::vector<float> row;
       row.resize((size_t)t.shape[0]);
       for (int64_t r = 0; r < n_rows; ++r) {
-        const uint64_t stream = mix64(tensor_stream ^ (uint64_t)(row0 + r) * 0xD1B54A32D192ED03ull);
+        const uint64_t stream = synth::row_stream(tensor_stream, row0 + r);
         uint8_t* out = static_cast<uint8_t*>(dst) + (size_t)r * rb;
-        if (blocks) {
-          blocks->fill_row(out, n_blocks, stream);
-        } else {
-          fill_tensor_row(t, row.data(), stream);
-          quantize_row(t.type, row.data(), out, t.shape[0]);
-        }
+        if (t.init == Init::Weight && blocks.fill_row(t.type, out, t.shape[0], stream)) continue;
+        fill_tensor_row(t, row.data(), stream);
+        quantize_row(t.type, row.data(), out, t.shape[0]);
       }
     };
     w.write_tensor_rows(ti, fill, &pool);
@@ -230,54 +191,18 @@ std::vector<std::string> synth_preset_names() {
   return out;
 }
 
-int copy_vocab(const gguf::File& vocab, int n_vocab, gguf::Writer& w) { return copy_vocab_keys(vocab, n_vocab, w); }
-
-std::string resolve_shared_file(const std::string& relative) {
-  std::vector<fs::path> candidates = {fs::path("../shared") / relative};
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    exe[n] = 0;
-    // <repo>/build/spool -> <repo>/../shared
-    candidates.push_back(fs::path(exe).parent_path().parent_path().parent_path() / "shared" / relative);
-  }
-  for (const auto& p : candidates)
-    if (fs::exists(p)) return p.string();
-  throw Error("cannot find the vocabulary file ../shared/" + relative + "; pass one with --vocab-from FILE.gguf");
-}
-
-std::string resolve_shared_model(const std::string& relative) { return resolve_shared_file("models/" + relative); }
-
 SynthResult synth_model(const SynthOptions& o) {
   if (o.arch == "deepseek2" || find_deepseek2_preset(o.preset)) {
     const Deepseek2Plan plan = plan_deepseek2(o);
-    if (o.dry_run) {
-      SynthResult r;
-      r.arch = "deepseek2";
-      r.type = o.type;
-      r.vocab_from = plan.vocab_from;
-      r.n_tensors = (int)plan.tensors.size();
-      r.n_vocab = plan.n_vocab;
-      r.bytes = plan.file_bytes;
-      r.plan = describe_plan(plan);
-      r.written = false;
-      return r;
-    }
-    return write_deepseek2(plan, o);
+    if (!o.dry_run) return write_deepseek2(plan, o);
+    return synth::plan_result("deepseek2", o, plan.vocab_from, (int)plan.tensors.size(), plan.n_vocab,
+                              plan.file_bytes, describe_plan(plan));
   }
   if (o.arch == "kimi-k3" || find_kimi_k3_preset(o.preset)) {
     const KimiK3Plan plan = plan_kimi_k3(o);
     if (!o.dry_run) return write_kimi_k3(plan, o);
-    SynthResult r;
-    r.arch = "kimi-k3";
-    r.type = o.type;
-    r.vocab_from = plan.vocab_from;
-    r.n_tensors = (int)plan.tensors.size();
-    r.n_vocab = plan.n_vocab;
-    r.bytes = plan.file_bytes;
-    r.plan = describe_kimi_k3_plan(plan);
-    r.written = false;
-    return r;
+    return synth::plan_result("kimi-k3", o, plan.vocab_from, (int)plan.tensors.size(), plan.n_vocab,
+                              plan.file_bytes, describe_kimi_k3_plan(plan));
   }
   if (o.dry_run) throw Error("synth: --dry-run is only implemented for the deepseek2 and kimi-k3 presets");
   if (o.n_expert > 0 || o.target_size > 0)
@@ -291,12 +216,7 @@ SynthResult synth_model(const SynthOptions& o) {
     for (const auto& n : kimi_k3_preset_names()) list += ", " + n;
     throw Error("unknown preset '" + o.preset + "' (presets: " + list + ")");
   }
-  const QuantRecipe* recipe = find_quant_recipe(o.type);
-  if (!recipe) {
-    std::string list;
-    for (const auto& n : quant_recipe_names()) list += (list.empty() ? "" : ", ") + n;
-    throw Error("unknown --type '" + o.type + "' (types: " + list + ")");
-  }
+  const QuantRecipe* recipe = &synth::require_quant_recipe(o.type);
   if (o.out.empty()) throw Error("synth needs an output file (--out FILE.gguf)");
   Shape shape = resolve_shape(*preset, o);
 
@@ -304,7 +224,7 @@ SynthResult synth_model(const SynthOptions& o) {
   res.vocab_from = o.vocab_from.empty() ? resolve_shared_model(preset->vocab_file) : o.vocab_from;
   gguf::Writer w;
   set_model_metadata(shape, preset->name, *recipe, o.seed, dtype_traits(recipe->base).quantized, w);
-  shape.n_vocab = copy_vocab_keys(gguf::open(res.vocab_from), shape.n_vocab, w);
+  shape.n_vocab = copy_vocab(gguf::open(res.vocab_from), shape.n_vocab, w);
   w.set(shape.arch + ".vocab_size", gguf::value_u32((uint32_t)shape.n_vocab));
 
   const std::vector<PlannedTensor> plan = plan_tensors(shape, *recipe);
@@ -314,8 +234,7 @@ SynthResult synth_model(const SynthOptions& o) {
       throw Error(std::string("synth: no quantizer for type ") + dtype_name(t.type) + " in this build");
     w.add_tensor(t.name, t.type, t.shape);
   }
-  const int n_threads = o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-  ThreadPool pool(n_threads);
+  ThreadPool pool(synth::thread_count(o.n_threads));
   w.begin(o.out);
   write_weights(plan, o.seed, pool, w);
   w.finish();
@@ -325,9 +244,7 @@ SynthResult synth_model(const SynthOptions& o) {
   res.type = recipe->name;
   res.n_tensors = (int)plan.size();
   res.n_vocab = shape.n_vocab;
-  res.bytes = fs::file_size(o.out);
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return res;
+  return synth::written_result(std::move(res), t0);
 }
 
 }  // namespace spool
