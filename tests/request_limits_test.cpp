@@ -14,6 +14,7 @@
 
 #include "server/api_error.h"
 #include "server/connection_guard.h"
+#include "server/json_depth.h"
 #include "server/request_deadline.h"
 #include "server/server_context.h"
 
@@ -140,6 +141,14 @@ TEST(RequestLimits, JsonDepthOver128IsRefusedBeforeParsing) {
   httplib::Request in_string;
   in_string.body = "{\"a\":\"" + std::string(1000, '[') + "\\\"{{{\"}";  // brackets and an escaped quote in a string
   EXPECT_NO_THROW(parse_json_body(in_string));
+}
+
+TEST(RequestLimits, JsonDepthScan) {
+  EXPECT_EQ(json_depth_exceeded_at("[[[]]]", 3), std::string_view::npos);
+  EXPECT_EQ(json_depth_exceeded_at("[[[[]]]]", 3), 3u);
+  EXPECT_EQ(json_depth_exceeded_at("{\"a\":{\"b\":[{}]}}", 3), 11u);
+  EXPECT_EQ(json_depth_exceeded_at("[\"[[[[\\\"[[[[\"]", 2), std::string_view::npos);  // inside a string
+  EXPECT_EQ(json_depth_exceeded_at("]]]][[[[", 3), 7u);  // stray closers do not buy depth
 }
 
 TEST(RequestLimits, DeadlinePassesAndNamesItsLimit) {

@@ -196,7 +196,12 @@ ConnectionPool::~ConnectionPool() { shutdown(); }
 void ConnectionPool::enqueue(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stop_ && !idle_.empty()) {
+    if (!stop_ && busy_ < workers_.size()) {
+      ++busy_;
+      if (idle_.empty()) {
+        pending_.push_back(std::move(fn));  // a worker not waiting yet (starting, or finishing a connection)
+        return;
+      }
       Worker* w = idle_.back();
       idle_.pop_back();
       w->job = std::move(fn);
@@ -226,15 +231,23 @@ void ConnectionPool::shutdown() {
 void ConnectionPool::work(Worker* w) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    idle_.push_back(w);
-    w->cv.wait(lock, [&] { return stop_ || w->has_job; });
-    if (!w->has_job) return;  // stopping (it stays in idle_, which no one reads any more)
-    std::function<void()> fn = std::move(w->job);
-    w->has_job = false;
+    std::function<void()> fn;
+    if (!pending_.empty()) {
+      fn = std::move(pending_.front());
+      pending_.pop_front();
+    } else {
+      if (stop_) return;
+      idle_.push_back(w);
+      w->cv.wait(lock, [&] { return stop_ || w->has_job; });
+      if (!w->has_job) return;  // stopping (it stays in idle_, which no one reads any more)
+      fn = std::move(w->job);
+      w->has_job = false;
+    }
     lock.unlock();
     fn();
     fn = nullptr;
     lock.lock();
+    --busy_;
   }
 }
 

@@ -116,6 +116,10 @@ class ConnectionPool : public httplib::TaskQueue {
   std::mutex mu_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<Worker*> idle_;  // most recently idle last
+  // Connections taken but not yet handed to a worker: one whose thread is
+  // between two connections (or not started yet) takes them first.
+  std::deque<std::function<void()>> pending_;
+  size_t busy_ = 0;  // connections taken and not finished (at most workers_.size())
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };

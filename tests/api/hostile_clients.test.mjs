@@ -141,7 +141,9 @@ test('a client that sends half a body and vanishes frees its worker', async () =
 });
 
 test('connections past --max-connections get 503 with Retry-After; the server stays healthy', async () => {
-  const small = await startServer(STORIES, ['-c', String(N_CTX), '--max-connections', '4', '--read-timeout', '3']);
+  // The held connections must outlast the test however slow the machine: long read and header timeouts.
+  const small = await startServer(STORIES, ['-c', String(N_CTX), '--max-connections', '4', '--read-timeout', '30',
+                                            '--header-timeout', '60']);
   try {
     const held = await Promise.all(Array.from({ length: 4 }, () => holdOpen(small.url, 'GET /health HTTP/1.1\r\n')));
     await new Promise((r) => setTimeout(r, 200));
