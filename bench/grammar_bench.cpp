@@ -13,7 +13,7 @@
 
 #include "format/gguf.h"
 #include "grammar/grammar_cache.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 using namespace spool;
 using Clock = std::chrono::steady_clock;

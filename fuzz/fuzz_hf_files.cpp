@@ -8,10 +8,10 @@
 #include "core/error.h"
 #include "format/hf_checkpoint.h"
 #include "fuzz_targets.h"
-#include "model/chat_template.h"
 #include "model/config.h"
-#include "model/hf_tokenizer.h"
-#include "model/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/hf_tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace spool::fuzz {
 

@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "fuzz_targets.h"
-#include "model/chat_template.h"
-#include "model/jinja.h"
+#include "text/chat_template.h"
+#include "text/jinja.h"
 
 namespace spool::fuzz {
 

@@ -11,7 +11,7 @@
 #include "format/safetensors.h"
 #include "fuzz_targets.h"
 #include "model/config.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace spool::fuzz {
 

@@ -14,12 +14,12 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "fuzz_targets.h"
-#include "model/chat_template.h"
-#include "model/tokenizer.h"
 #include "server/api_error.h"
 #include "server/openai_format.h"
 #include "server/openai_request.h"
 #include "server/server_context.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace spool::fuzz {
 

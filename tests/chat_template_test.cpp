@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/chat_template.h"
-#include "model/jinja.h"
 #include "format/gguf.h"
-#include "model/hf_tokenizer.h"
+#include "text/chat_template.h"
+#include "text/hf_tokenizer.h"
+#include "text/jinja.h"
 
 namespace {
 

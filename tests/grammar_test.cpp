@@ -10,7 +10,7 @@
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 using namespace spool;
 using namespace spool::grammar;

@@ -267,14 +267,16 @@ TEST(PackedKernels, NeonBatchedTokensMatchTokensAloneBitwise) {
 // Instruction-count probe (not a test; run under qemu with an instruction
 // counting plugin, twice with different SPOOL_PROBE_REPS, and divide the
 // difference): SPOOL_PROBE_REPS packed gemm calls of SPOOL_PROBE_TOKENS
-// tokens on 32 rows x 4096 columns of SPOOL_PROBE_TYPE (default Q4_0).
+// tokens on SPOOL_PROBE_ROWS (default 32) rows x 4096 columns of
+// SPOOL_PROBE_TYPE (default Q4_0).
 TEST(PackedKernels, DISABLED_InstructionCountProbe) {
   auto env = [](const char* name, const char* dflt) {
     const char* v = std::getenv(name);
     return std::string(v && *v ? v : dflt);
   };
   const int reps = std::atoi(env("SPOOL_PROBE_REPS", "1").c_str());
-  const int64_t n_tokens = std::atoi(env("SPOOL_PROBE_TOKENS", "8").c_str()), n_rows = 32, n_cols = 4096;
+  const int64_t n_tokens = std::atoi(env("SPOOL_PROBE_TOKENS", "8").c_str()),
+                n_rows = std::atoi(env("SPOOL_PROBE_ROWS", "32").c_str()), n_cols = 4096;
   DType t = DType::Q4_0;
   for (DType u : kTypes)
     if (env("SPOOL_PROBE_TYPE", "Q4_0") == dtype_name(u)) t = u;

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "model/jinja.h"
 #include "storage/http_range.h"
+#include "text/jinja.h"
 
 namespace {
 

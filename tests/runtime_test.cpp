@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "runtime/sampler.h"
-#include "runtime/text_stream.h"
+#include "text/text_stream.h"
 
 using namespace spool;
 

@@ -12,12 +12,12 @@
 
 #include "core/error.h"
 #include "model/model.h"
-#include "runtime/text_stream.h"
 #include "server/api_error.h"
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "text/text_stream.h"
 
 namespace spool::server {
 namespace {

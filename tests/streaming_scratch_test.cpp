@@ -97,7 +97,7 @@ TEST_P(ScratchFixture, OneLogitsRowEstimateCoversAPlainPrefill) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ScratchFixture,
                          ::testing::Values("deepseek3-tiny.f32.gguf", "deepseek3-tiny.q8_0.gguf",
-                                           "mixtral-tiny.f32.gguf", "qwen2-tiny.f32.gguf"));
+                                           "mixtral-tiny.f32.gguf", "qwen2-tiny.f32.gguf", "kimi-k3-tiny.f32.gguf"));
 
 // In batch-invariant mode every matmul row depends on that row only, so a
 // 70-token pass (MLA in chunks 32 + 32 + 6, the dense FFN in 64 + 6) must give

@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "weights/counting_store.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/thread_pool.h"
@@ -28,8 +27,9 @@
 #include "model/synth.h"
 #include "model/synth_deepseek2.h"
 #include "model/synth_fill.h"
-#include "model/tokenizer.h"
 #include "runtime/session.h"
+#include "text/tokenizer.h"
+#include "weights/counting_store.h"
 #include "test_util.h"
 
 using namespace spool;

@@ -10,12 +10,12 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/hf_tokenizer.h"
-#include "model/pretokenizer.h"
-#include "model/tokenizer.h"
-#include "model/unicode_regex.h"
-#include "model/unicode_util.h"
-#include "runtime/text_stream.h"
+#include "text/hf_tokenizer.h"
+#include "text/pretokenizer.h"
+#include "text/text_stream.h"
+#include "text/tokenizer.h"
+#include "text/unicode_regex.h"
+#include "text/unicode_util.h"
 
 namespace spool {
 namespace {
@@ -278,7 +278,7 @@ TEST(UnicodeRegex, SemanticsNeededByPreTokenizers) {
 
 // ---- Hugging Face tokenizer.json fixtures ------------------------------------
 
-// tokenizer.json through the library's HF reader (model/hf_tokenizer.h), which
+// tokenizer.json through the library's HF reader (text/hf_tokenizer.h), which
 // must also recognise the pre-tokenizer from the file's split regex.
 void check_hf_cases(const std::string& fixture, const std::string& pre) {
   const std::string dir = std::string(SPOOL_SHARED_DIR) + "/fixtures/" + fixture;

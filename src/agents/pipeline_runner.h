@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "agents/pipeline_spec.h"
-#include "grammar/grammar_cache.h"
 #include "agents/run_store.h"
-#include "model/chat_template.h"
+#include "grammar/grammar_cache.h"
 #include "runtime/engine.h"
+#include "text/chat_template.h"
 
 namespace spool::agents {
 

@@ -12,7 +12,7 @@
 #include "agents/prompt_template.h"
 #include "agents/run_state.h"
 #include "model/model.h"
-#include "model/unicode_util.h"
+#include "text/unicode_util.h"
 
 namespace spool::agents {
 

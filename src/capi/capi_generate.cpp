@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
-#include "runtime/text_stream.h"
+#include "text/text_stream.h"
 
 using namespace spool;
 using namespace spool::capi;

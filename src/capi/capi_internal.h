@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "model/chat_template.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
 #include "runtime/engine.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "spool.h"
 
 namespace spool::server {

@@ -237,6 +237,155 @@ struct Q6KPacked {
   }
 };
 
+// Q4_K on token tiles (gemm_tiled, kernels_packed_neon.h): per token and
+// super-block the activation row's 9 chunks of 32 bytes (8 sub-blocks of
+// levels; the split sums and the scale), token-interleaved. Per sub-block
+// and token one ldp at a constant offset from the tile pointer; the same
+// operations per token as Q4KPacked otherwise (bit-identical results).
+struct Q4KTiled : Q4KPacked {
+  static constexpr int kTileTokens = 8;
+  static constexpr size_t kChunkBytes = 32;
+  static size_t tile_token_bytes(int64_t n) { return (size_t)(n / kQKK) * 9 * kChunkBytes; }
+
+  static void copy_token(const uint8_t* row, int64_t n, uint8_t* out, size_t stride) {
+    for (int64_t b = 0; b < n / kQKK; ++b, row += kActBlock)
+      for (int k = 0; k < 9; ++k, out += stride) vst1q_u8_x2(out, vld1q_u8_x2(row + 32 * k));
+  }
+
+  // Adds sub-block 2p + kHigh of the C tokens at a (then moved to the next
+  // sub-block), times its scales, to tot.
+  template <int C, int kHigh>
+  static void sub_block(const uint8_t* blk, int32x4_t scale, int p, const uint8_t*& a, int32x4_t (&tot)[C]) {
+    const uint8x16x4_t lo = vld1q_u8_x4(blk + kQs + 128 * p), hi = vld1q_u8_x4(blk + kQs + 128 * p + 64);
+    int8x16_t w[8];
+    auto nibbles = [](uint8x16_t raw) {
+      return vreinterpretq_s8_u8(kHigh ? vshrq_n_u8(raw, 4) : vandq_u8(raw, vdupq_n_u8(0x0F)));
+    };
+    SPOOL_UNROLL for (int m = 0; m < 4; ++m) w[m] = nibbles(lo.val[m]), w[m + 4] = nibbles(hi.val[m]);
+    SPOOL_UNROLL for (int j = 0; j < C; ++j) {
+      if (j > 0) a = after(a, tot[j - 1]);
+      const int8_t* e = reinterpret_cast<const int8_t*>(a + j * kChunkBytes);
+      const int8x16_t q0 = vld1q_s8(e), q1 = vld1q_s8(e + 16);
+      const int32x4_t sum = dot4(dot4(vdupq_n_s32(0), w, q0), w + 4, q1);
+      tot[j] = vmlaq_s32(tot[j], sum, scale);
+    }
+    a += C * kChunkBytes;
+  }
+
+  template <int C>
+  static void tile(int64_t n, const uint8_t* wg, const uint8_t* a, float* c, size_t ldc, int n_valid) {
+    float32x4_t acc[C];
+    SPOOL_UNROLL for (int j = 0; j < C; ++j) acc[j] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / kQKK; ++b) {
+      const uint8_t* blk = wg + b * kBlockBytes;
+      int32x4_t tot[C];
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) tot[j] = vdupq_n_s32(0);
+      for (int p = 0; p < 4; ++p) {
+        int32x4_t scale[2];
+        widen_u8x8(blk + kScales + 8 * p, scale);
+        sub_block<C, 0>(blk, scale[0], p, a, tot);
+        sub_block<C, 1>(blk, scale[1], p, a, tot);
+      }
+      const float32x4_t wd = load_f16x4(blk), wdmin = load_f16x4(blk + 2 * kRows);
+      const int8x16x2_t mins_w = vld1q_s8_x2(reinterpret_cast<const int8_t*>(blk + kMins));
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) {
+        const int8_t* e = reinterpret_cast<const int8_t*>(a + j * kChunkBytes);
+        const int8x16_t sums = vld1q_s8(e);
+        const float32x4_t d = vreinterpretq_f32_s8(vld1q_s8(e + 16));  // lane 0
+        const int32x4_t mins = k4_mins(mins_w, sums);
+        acc[j] = vfmaq_laneq_f32(acc[j], vmulq_f32(vcvtq_f32_s32(tot[j]), wd), d, 0);
+        acc[j] = vfmsq_laneq_f32(acc[j], vmulq_f32(vcvtq_f32_s32(mins), wdmin), d, 0);
+      }
+      a += C * kChunkBytes;
+    }
+    SPOOL_UNROLL for (int j = 0; j < C; ++j) store_rows(c + j * ldc, acc[j], n_valid);
+  }
+
+  static PackedKernels kernels() {
+    PackedKernels k = Packer<Q4KPacked>::kernels();
+    k.gemm = gemm_tiled<Q4KTiled>;
+    return k;
+  }
+};
+
+// Q6_K on token tiles (gemm_tiled, kernels_packed_neon.h): per token and
+// super-block 17 chunks of 32 bytes, the 16 (levels, bias) pairs of the
+// activation row and the scale in all 4 lanes. One pointer walks a tile:
+// per sub-block and token one ldp at a constant offset, where the row
+// layout took two loads and a pointer increment per token. Same operations
+// per token otherwise, so results equal Q6KPacked's bit for bit.
+struct Q6KTiled : Q6KPacked {
+  static constexpr int kTileTokens = 8;
+  static constexpr size_t kChunkBytes = 32;
+  static size_t tile_token_bytes(int64_t n) { return (size_t)(n / kQKK) * 17 * kChunkBytes; }
+
+  static void copy_token(const uint8_t* row, int64_t n, uint8_t* out, size_t stride) {
+    for (int64_t b = 0; b < n / kQKK; ++b, row += kActBlock) {
+      for (int s = 0; s < 16; ++s, out += stride)
+        vst1q_u8_x2(out, vld1q_u8_x2(row + 32 * s));
+      float d;
+      std::memcpy(&d, row + 16 * 32, 4);
+      vst1q_f32(reinterpret_cast<float*>(out), vdupq_n_f32(d));
+      out += stride;
+    }
+  }
+
+  // Adds sub-block 4K + s4 of the C tokens at a (then moved to the next
+  // sub-block), times its scales, to tot.
+  template <int C, int K>
+  static void sub_block(const uint8_t* blk, int32x4_t scale, int s4, const uint8_t*& a, int32x4_t (&tot)[C]) {
+    const uint8x16x4_t ql = vld1q_u8_x4(blk + kQl + 16 * (16 * (K % 2) + 4 * s4));
+    const uint8x16x4_t qh = vld1q_u8_x4(blk + kQh + 16 * (4 * s4));
+    int8x16_t w[4];
+    SPOOL_UNROLL for (int i = 0; i < 4; ++i) w[i] = level<K>(ql.val[i], qh.val[i]);
+    SPOOL_UNROLL for (int j = 0; j < C; ++j) {
+      if (j > 0) a = after(a, tot[j - 1]);
+      const int8x16_t q = vld1q_s8(reinterpret_cast<const int8_t*>(a + j * kChunkBytes));
+      const int32x4_t bias = vld1q_s32(reinterpret_cast<const int32_t*>(a + j * kChunkBytes + 16));
+      tot[j] = vmlaq_s32(tot[j], dot4(bias, w, q), scale);
+    }
+    a += C * kChunkBytes;
+  }
+
+  template <int C, int K>
+  static void quarter(const uint8_t* blk, const uint8_t*& a, int32x4_t (&tot)[C]) {
+    for (int s4 = 0; s4 < 4; s4 += 2) {
+      int32x4_t scale[2];
+      widen_s8x8(blk + kScales + 4 * (4 * K + s4), scale);
+      sub_block<C, K>(blk, scale[0], s4, a, tot);
+      sub_block<C, K>(blk, scale[1], s4 + 1, a, tot);
+    }
+  }
+
+  template <int C>
+  static void tile(int64_t n, const uint8_t* wg, const uint8_t* a, float* c, size_t ldc, int n_valid) {
+    float32x4_t acc[C];
+    SPOOL_UNROLL for (int j = 0; j < C; ++j) acc[j] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < n / kQKK; ++b) {
+      const uint8_t* blk = wg + b * kBlockBytes;
+      int32x4_t tot[C];
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) tot[j] = vdupq_n_s32(0);
+      quarter<C, 0>(blk, a, tot);
+      quarter<C, 1>(blk, a, tot);
+      quarter<C, 2>(blk, a, tot);
+      quarter<C, 3>(blk, a, tot);
+      const float32x4_t wd = load_f16x4(blk);
+      SPOOL_UNROLL for (int j = 0; j < C; ++j) {
+        const float32x4_t d = vld1q_f32(reinterpret_cast<const float*>(a + j * kChunkBytes));
+        acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(tot[j]), vmulq_f32(wd, d));
+      }
+      a += C * kChunkBytes;
+    }
+    SPOOL_UNROLL for (int j = 0; j < C; ++j) store_rows(c + j * ldc, acc[j], n_valid);
+  }
+
+  static PackedKernels kernels() {
+    PackedKernels k = Packer<Q6KPacked>::kernels();
+    k.gemm = gemm_tiled<Q6KTiled>;
+    return k;
+  }
+};
+
 }  // namespace
 
 namespace packed_neon {
@@ -263,8 +412,8 @@ void k4_quantize_act(const float* x, void* out, int64_t n) {
 
 void fill_packed_kquant_neon_kernels(KernelTable& t) {
   g_quantize_q8_k = t.types[(uint32_t)DType::Q8_K].quantize;  // set by fill_neon_kernels
-  t.types[(uint32_t)DType::Q4_K].packed = Packer<Q4KPacked>::kernels();
-  t.types[(uint32_t)DType::Q6_K].packed = Packer<Q6KPacked>::kernels();
+  t.types[(uint32_t)DType::Q4_K].packed = v1_tiles() ? Packer<Q4KPacked>::kernels() : Q4KTiled::kernels();
+  t.types[(uint32_t)DType::Q6_K].packed = v1_tiles() ? Packer<Q6KPacked>::kernels() : Q6KTiled::kernels();
 }
 
 }  // namespace spool::detail

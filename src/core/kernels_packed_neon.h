@@ -19,7 +19,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "core/kernels_neon_impl.h"
 #include "core/quant_blocks.h"
@@ -87,6 +90,55 @@ void gemm_groups(int64_t n_cols, const void* w, int64_t n_rows, const void* act,
       kFns[nt - 1](n_cols, wg, a + t * as, as, c + t * ldc + g * kRows, ldc, n_valid);
     }
   }
+}
+
+// Token tiles, the activations of the tiled kernels (TiledPacked in
+// kernels_packed_legacy_neon.cpp, Q6KTiled in kernels_packed_kquant_neon.cpp):
+// a gemm call copies its activation rows once into tiles of up to
+// Kernel::kTileTokens tokens, in which the tokens' chunks are interleaved:
+// a token's row becomes chunks of Kernel::kChunkBytes (Kernel::copy_token
+// writes chunk k of one token at out + k * stride), and chunk k of token j
+// of a tile of nt tokens lies at (k * nt + j) * kChunkBytes from the tile's
+// start. A tile kernel then reads one contiguous stream at constant offsets
+// (one pointer, no per-token address arithmetic), and
+// Kernel::tile<C>(n_cols, group, tile, c, ldc, n_valid) computes a 4-row x
+// C-token tile, C <= kTileTokens, every token through the same instructions
+// whatever C is (batch invariance, as gemm_groups).
+template <class Kernel>
+void gemm_tiled(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
+                float* c, size_t ldc) {
+  using TileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, float*, size_t, int);
+  constexpr int kT = Kernel::kTileTokens;
+  static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array<TileFn, sizeof...(I)>{&Kernel::template tile<I + 1>...};
+  }(std::make_integer_sequence<int, kT>());
+  const size_t token_bytes = Kernel::tile_token_bytes(n_cols);  // one token's chunks
+  thread_local std::vector<uint8_t> tiles;
+  tiles.resize((size_t)n_tokens * token_bytes);
+  const auto* a = static_cast<const uint8_t*>(act);
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
+    const int64_t nt = std::min<int64_t>(kT, n_tokens - t0);
+    for (int64_t j = 0; j < nt; ++j)
+      Kernel::copy_token(a + (t0 + j) * as, n_cols, tiles.data() + t0 * token_bytes + j * Kernel::kChunkBytes,
+                         nt * Kernel::kChunkBytes);
+  }
+  const size_t group_bytes = Kernel::group_bytes(n_cols);
+  const auto* wg = static_cast<const uint8_t*>(w);
+  for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
+    const int n_valid = (int)std::min<int64_t>(kRows, n_rows - g * kRows);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
+      const int nt = (int)std::min<int64_t>(kT, n_tokens - t0);
+      kFns[nt - 1](n_cols, wg, tiles.data() + t0 * token_bytes, c + t0 * ldc + g * kRows, ldc, n_valid);
+    }
+  }
+}
+
+// SPOOL_NEON_TILES=v1: the previous scheduling (tiles of up to 8 tokens
+// reading the activation rows in place) instead of the token tiles, to
+// compare the two; read when the kernel table is built.
+inline bool v1_tiles() {
+  const char* v = std::getenv("SPOOL_NEON_TILES");
+  return v && std::strcmp(v, "v1") == 0;
 }
 
 // Packing, shared: a group is zeroed first, so padding rows keep zero

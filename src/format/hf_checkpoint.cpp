@@ -101,6 +101,9 @@ std::string gguf_tensor_name(const std::string& hf, bool gdn) {
       {"block_sparse_moe.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
       {"block_sparse_moe.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
   };
+  // Multimodal checkpoints (Qwen3.5 as released) keep the text model under model.language_model.*.
+  static const std::string kNested = "model.language_model.";
+  if (hf.rfind(kNested, 0) == 0) return gguf_tensor_name("model." + hf.substr(kNested.size()), gdn);
   if (auto it = top.find(hf); it != top.end()) return it->second;
   static const std::regex layer_re(R"(model\.layers\.(\d+)\.(.+))");
   std::smatch m;
@@ -113,9 +116,28 @@ std::string gguf_tensor_name(const std::string& hf, bool gdn) {
 }
 
 // Old checkpoints carry these buffers; they are recomputed from the config.
-// Qwen3-Next / Qwen3.5 checkpoints carry a multi-token-prediction block ("mtp.*"), which generation does not use.
+// Qwen3-Next / Qwen3.5 checkpoints carry a multi-token-prediction block ("mtp.*"), which generation does not use,
+// and Qwen3.5's a vision encoder ("model.visual.*"): spool runs the text model only.
 bool ignored_tensor(const std::string& hf) {
-  return hf.find("rotary_emb.inv_freq") != std::string::npos || hf.rfind("mtp.", 0) == 0;
+  return hf.find("rotary_emb.inv_freq") != std::string::npos || hf.rfind("mtp.", 0) == 0 ||
+         hf.rfind("model.visual.", 0) == 0 || hf.rfind("visual.", 0) == 0;
+}
+
+// A multimodal config (Qwen3.5 as released: model_type qwen3_5_moe with the
+// text model's fields in text_config, the vision encoder's in vision_config)
+// -> the text model's config: text_config, plus top-level fields it lacks
+// (tie_word_embeddings, quantization_config; model_type where text_config has
+// none: qwen3_5_moe reads as its text model). Other configs are returned as they are.
+nlohmann::json text_model_config(const nlohmann::json& cfg) {
+  if (!cfg.is_object()) return cfg;
+  auto it = cfg.find("text_config");
+  if (it == cfg.end() || !it->is_object()) return cfg;
+  nlohmann::json text = *it;
+  for (auto f = cfg.begin(); f != cfg.end(); ++f)
+    if (f.key() != "text_config" && f.key() != "vision_config" && f.key() != "architectures" &&
+        !text.contains(f.key()))
+      text[f.key()] = f.value();
+  return text;
 }
 
 DType gguf_dtype(const std::string& st, const std::string& what) {
@@ -380,7 +402,7 @@ gguf::File open_checkpoint(const std::string& path) {
   bool tied = false;
   QuantConfig quant;
   try {
-    const nlohmann::json cfg = read_json(config.string());
+    const nlohmann::json cfg = text_model_config(read_json(config.string()));
     quant = read_quant_config(cfg);
     const fs::path abs = fs::absolute(dir).lexically_normal();
     const std::string name = (abs.filename().empty() ? abs.parent_path() : abs).filename().string();

@@ -2,7 +2,7 @@
 // shards listed in model.safetensors.index.json) opened as a gguf::File: the
 // config becomes GGUF-style "<arch>.*" metadata and the tensors a Manifest
 // under GGUF names and shapes, pointing into the safetensors files (no copy).
-// The tokenizer files are read one layer up (model/hf_tokenizer.h).
+// The tokenizer files are read one layer up (text/hf_tokenizer.h).
 #pragma once
 
 #include <string>

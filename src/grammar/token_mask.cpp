@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace spool::grammar {
 

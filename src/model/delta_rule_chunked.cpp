@@ -104,8 +104,12 @@ void chunk_step(float* S, int dk, int dv, int t0, int L, const DeltaRuleRows& r,
 }  // namespace
 
 void delta_rule_chunked(float* S, int dk, int dv, int n, const DeltaRuleRows& rows, float scale, int chunk,
-                        DeltaRuleScratch& s) {
-  chunk = std::max(1, std::min(chunk, n));
+                        DeltaRuleScratch& s, int pos0) {
+  chunk = std::max(1, chunk);
+  // The first chunk ends at the next absolute multiple of `chunk`, so the split
+  // (and the rounding) does not depend on where a batch starts.
+  const int first = std::min(n, chunk - (int)((unsigned)std::max(pos0, 0) % (unsigned)chunk));
+  chunk = std::min(chunk, n);
   grow(s.gamma, (size_t)chunk * rows.n_g);
   grow(s.kd, (size_t)2 * chunk * dk);
   grow(s.w, (size_t)2 * chunk * dv);
@@ -113,7 +117,8 @@ void delta_rule_chunked(float* S, int dk, int dv, int n, const DeltaRuleRows& ro
   grow(s.a, (size_t)chunk * chunk);
   grow(s.b, (size_t)chunk * chunk);
   grow(s.col, (size_t)chunk);
-  for (int t0 = 0; t0 < n; t0 += chunk) chunk_step(S, dk, dv, t0, std::min(chunk, n - t0), rows, scale, s);
+  if (first > 0) chunk_step(S, dk, dv, 0, first, rows, scale, s);
+  for (int t0 = first; t0 < n; t0 += chunk) chunk_step(S, dk, dv, t0, std::min(chunk, n - t0), rows, scale, s);
 }
 
 }  // namespace spool

@@ -30,7 +30,11 @@ struct DeltaRuleScratch {
 // floats apart; g (log decay) is [n][n_g] with n_g 1 (the same decay for every
 // key channel: Gated DeltaNet) or dk (per channel: Kimi Delta Attention);
 // beta [n]. S [dk][dv] is read and advanced past the n tokens. Processes
-// chunks of `chunk` tokens (chunk >= 1; 1 is the recurrent form).
+// chunks of `chunk` tokens (chunk >= 1; 1 is the recurrent form) aligned to
+// absolute positions: pos0 is the first row's position, and chunks end at
+// multiples of `chunk`, so a sequence's result is the same whether its rows
+// come in one pass or in passes split at such multiples (state snapshots and
+// prefill split over steps rely on it).
 struct DeltaRuleRows {
   const float* q;
   const float* k;
@@ -46,6 +50,6 @@ struct DeltaRuleRows {
 };
 
 void delta_rule_chunked(float* S, int dk, int dv, int n, const DeltaRuleRows& rows, float scale, int chunk,
-                        DeltaRuleScratch& scratch);
+                        DeltaRuleScratch& scratch, int pos0 = 0);
 
 }  // namespace spool

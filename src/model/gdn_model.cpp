@@ -218,7 +218,8 @@ void GatedDeltaNetModel::run_sequence(int l, const GdnLayerWeights& L, Recurrent
     r.beta_stride = nv;
     r.o = seq_o_.data() + j * g_.dv;
     r.o_stride = VD;
-    delta_rule_chunked(S + (size_t)j * g_.dk * g_.dv, g_.dk, g_.dv, m, r, scale, chunk, dr_scratch_[thread]);
+    delta_rule_chunked(S + (size_t)j * g_.dk * g_.dv, g_.dk, g_.dv, m, r, scale, chunk, dr_scratch_[thread],
+                       rs.n_tokens(seq));
   });
   for (int i = 0; i < m; ++i)
     std::memcpy(o_.data() + (size_t)rows[i] * VD, seq_o_.data() + (size_t)i * VD, VD * sizeof(float));

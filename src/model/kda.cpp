@@ -157,7 +157,7 @@ void kda_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
       r.beta_stride = H;
       r.o = s.o.data() + at;
       r.o_stride = C;
-      delta_rule_chunked(S + (size_t)h * D * D, D, D, t1 - t0, r, scale, kKdaChunk, s.dr[thread]);
+      delta_rule_chunked(S + (size_t)h * D * D, D, D, t1 - t0, r, scale, kKdaChunk, s.dr[thread], batch.pos[t0]);
     });
   }
 

@@ -16,8 +16,8 @@
 #include "core/thread_pool.h"
 #include "format/hf_checkpoint.h"
 #include "model/arch_registry.h"
-#include "model/hf_tokenizer.h"
 #include "storage/storage.h"
+#include "text/hf_tokenizer.h"
 #include "weights/convert.h"
 #include "weights/streaming_store.h"
 
@@ -225,7 +225,9 @@ uint64_t kv_bytes_estimate(const ModelConfig& c, int n_ctx, DType kv_type) {
 // outputs for kMlaTokenChunk tokens, the plain form's decompressed keys and
 // values over the context); the dense FFN's gate/up (MLA models: for
 // kFfnTokenChunk tokens); the MoE router and expert buffers; matmul activation
-// conversions (at most 2 bytes an element, one buffer per block kind). Plus
+// conversions (at most 2 bytes an element, one buffer per block kind); Kimi
+// Delta Attention's buffers and chunk scratch (Gated DeltaNet's are not
+// counted yet: ModelConfig does not carry its head shapes). Plus
 // kScratchFixedBytes for the process itself (code, libraries, thread stacks,
 // tokenizer: ~8 MiB measured) and per-thread attention scores.
 uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch, MlaForm form, int n_logits) {
@@ -251,6 +253,12 @@ uint64_t scratch_bytes_estimate(const ModelConfig& c, int n_ctx, int n_batch, Ml
     const uint64_t k = c.n_expert_used, ff = (uint64_t)c.n_ff_exp * std::max(1, c.n_expert_shared);
     per_token += c.n_expert + 3 * k + 2 * E + 2 * ff;  // logits, ids/weights/group rows, xe/ye, gate/up
     mm += 2 * std::max<uint64_t>(E, ff);
+  }
+  if (c.kda.n_head > 0) {  // Kimi Delta Attention (KdaScratch): q k v f gate o, beta, the low-rank gates
+    const uint64_t C = c.kda.d_inner(), D = c.kda.head_dim, L = 64;  // L: kKdaChunk
+    per_token += 6 * C + c.kda.n_head + D;
+    // Per thread (up to 64): the chunked delta rule's gamma, kd, w, u, a, b, col for one chunk.
+    fixed += 64 * (L * D + 2 * L * D + 2 * L * D + L * D + 2 * L * L + L);
   }
   const uint64_t scores = 64ull * (uint64_t)std::max(1, n_ctx) * 2;  // per thread (up to 64 threads): scores, q
   return (n * per_token + fixed + scores) * sizeof(float) + n * mm + kScratchFixedBytes;

@@ -12,8 +12,8 @@
 #include "format/gguf.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
-#include "model/tokenizer.h"
 #include "runtime/batch.h"
+#include "text/tokenizer.h"
 #include "weights/weight_store.h"
 
 namespace spool {

@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "model/hf_tokenizer.h"
 #include "model/model.h"
+#include "text/hf_tokenizer.h"
 
 namespace spool {
 

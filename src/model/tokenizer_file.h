@@ -9,7 +9,7 @@
 #include <string>
 
 #include "format/gguf.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace spool {
 

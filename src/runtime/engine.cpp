@@ -20,7 +20,7 @@
 #include "core/matmul.h"
 #include "model/kv_paged.h"
 #include "runtime/scheduler.h"
-#include "runtime/text_stream.h"
+#include "text/text_stream.h"
 
 namespace spool {
 
@@ -83,20 +83,41 @@ class EngineImpl final : public Engine {
     if (opt_.n_ctx <= 0 || opt_.max_running <= 0 || opt_.max_batch_tokens <= 0 || opt_.max_waiting < 0 ||
         opt_.block_size <= 0)
       throw Error("engine options: n_ctx, max_running, max_batch_tokens and block_size must be positive");
+    if (opt_.state_snapshots < 0) throw Error("engine options: state_snapshots must not be negative");
     const KvShape shape = model.kv_shape();
     const uint64_t bb = PagedKvCache::block_bytes(shape, opt_.block_size);
     const int blocks_per_ctx = (opt_.n_ctx + opt_.block_size - 1) / opt_.block_size;
-    const uint64_t n_blocks = opt_.kv_bytes ? opt_.kv_bytes / bb : (uint64_t)blocks_per_ctx * opt_.max_running;
+    uint64_t n_blocks = opt_.kv_bytes ? opt_.kv_bytes / bb : (uint64_t)blocks_per_ctx * opt_.max_running;
     if (n_blocks < 1)
       throw Error("engine options: kv_bytes " + std::to_string(opt_.kv_bytes) + " is smaller than one KV block (" +
                   std::to_string(bb) + " bytes)");
+    // State snapshots (hybrid models) come out of the KV pool's bytes, so the memory the budget reserved for
+    // KV (--kv-pool, or --parallel full contexts) holds blocks and snapshots together.
+    if (!shape.recurrent.empty() && opt_.prefix_cache && opt_.state_snapshots > 0) {
+      const uint64_t snap = (uint64_t)opt_.state_snapshots * shape.recurrent.bytes_per_seq();
+      const uint64_t taken = (snap + bb - 1) / bb;
+      if (taken + blocks_per_ctx > n_blocks)
+        throw Error("engine options: " + std::to_string(opt_.state_snapshots) + " state snapshots take " +
+                    std::to_string(snap >> 20) + " MiB of the KV pool (" + std::to_string((n_blocks * bb) >> 20) +
+                    " MiB), which then holds less than one context of " + std::to_string(opt_.n_ctx) +
+                    " positions: give fewer snapshots or a larger KV pool");
+      n_blocks -= taken;
+    }
     kv_ = std::make_unique<PagedKvCache>(shape, opt_.block_size, (int)n_blocks, opt_.n_ctx, opt_.max_running);
     SchedOptions so;
     so.max_running = opt_.max_running;
     so.max_batch_tokens = opt_.max_batch_tokens;
     // A recurrent state folds in every token before it and cannot be rebuilt
-    // from shared KV blocks, so hybrid models compute every prompt in full.
-    so.prefix_cache = opt_.prefix_cache && shape.recurrent.empty();
+    // from shared KV blocks: hybrid models reuse a prefix only where a snapshot
+    // of the state at its end exists, and compute every prompt in full without.
+    const bool hybrid = !shape.recurrent.empty();
+    so.prefix_cache = opt_.prefix_cache && (!hybrid || opt_.state_snapshots > 0);
+    so.state_snapshots = hybrid ? opt_.state_snapshots : 0;
+    so.snapshot_interval = opt_.snapshot_interval;
+    // Prefill chunks end at multiples of the delta rule's chunk (64 tokens, in
+    // gdn_model and kda), so a prompt's numbers do not depend on how it was
+    // split over steps or whether it started from a snapshot.
+    so.prefill_align = hybrid ? 64 : 0;
     stats_.prefix_cache = so.prefix_cache;
     so.kv_hints = opt_.kv_hints;
     sched_ = std::make_unique<Scheduler>(so, *kv_);
@@ -347,6 +368,13 @@ class EngineImpl final : public Engine {
     if (const RecurrentState* rs = kv_->recurrent()) {
       stats_.recurrent_state_bytes = rs->bytes_allocated();
       stats_.recurrent_sequences = rs->n_active();
+    }
+    if (const StateSnapshots* ss = sched_->snapshots()) {
+      const StateSnapshotStats st = ss->stats();
+      stats_.state_snapshots = st.count;
+      stats_.state_snapshot_bytes = st.bytes;
+      stats_.state_snapshot_hits = st.hits;
+      stats_.state_snapshot_misses = st.misses;
     }
   }
 

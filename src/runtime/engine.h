@@ -76,6 +76,12 @@ struct EngineOptions {
   int block_size = 16;          // KV positions per block
   uint64_t kv_bytes = 0;        // KV pool size; 0: enough for max_running full contexts
   bool prefix_cache = true;
+  // Hybrid models: prefix reuse through snapshots of the recurrent state taken
+  // every snapshot_interval positions (a multiple of block_size), at most
+  // state_snapshots of them (each one full state: count them in the memory
+  // budget); 0: hybrid models compute every prompt in full.
+  int state_snapshots = 0;
+  int snapshot_interval = 256;
   bool kv_hints = true;  // workflow-aware KV retention (SchedOptions::kv_hints); false: plain LRU
 };
 
@@ -91,10 +97,15 @@ struct EngineStats {
   uint64_t preemptions = 0;
   uint64_t requests_finished = 0;
   // Hybrid models (linear-attention layers): per-sequence recurrent state held
-  // now, and how many sequences hold one. Their prefix cache is off: a state
-  // cannot be rebuilt from shared KV blocks (docs/ARCHITECTURE.md).
+  // now, and how many sequences hold one. A state cannot be rebuilt from shared
+  // KV blocks, so their prefix cache works only with state snapshots
+  // (EngineOptions::state_snapshots; docs/ARCHITECTURE.md): snapshots held,
+  // their bytes, and admissions that restored one (hits) or found none (misses).
   uint64_t recurrent_state_bytes = 0;
   int recurrent_sequences = 0;
+  int state_snapshots = 0;
+  uint64_t state_snapshot_bytes = 0;
+  uint64_t state_snapshot_hits = 0, state_snapshot_misses = 0;
   bool prefix_cache = false;          // prefix reuse in effect
   // Latencies since start, seconds: time to first token, time between tokens.
   LatencyHistogram ttft{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};

@@ -10,7 +10,8 @@ namespace spool {
 
 PrefixCache::PrefixCache(PagedKvCache& kv) : kv_(kv), key_of_block_(kv.n_blocks(), 0) {
   kv_.on_evict = [this](int block) {
-    by_key_.erase(key_of_block_[block]);
+    const uint64_t key = key_of_block_[block];
+    if (by_key_.erase(key) && on_forget) on_forget(key);
     key_of_block_[block] = 0;
   };
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +41,8 @@ class PrefixCache {
   // (whether or not it was new: an existing entry for the prefix is kept).
   uint64_t insert(uint64_t parent, const int32_t* block_tokens, int block);
   int size() const { return (int)by_key_.size(); }
+  // Called with a block's key when eviction drops it from the index (state snapshots keyed by it go too).
+  std::function<void(uint64_t key)> on_forget;
 
  private:
   struct Entry { int block; uint64_t parent; std::vector<int32_t> tokens; };

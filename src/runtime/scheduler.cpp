@@ -9,7 +9,21 @@
 namespace spool {
 
 Scheduler::Scheduler(const SchedOptions& options, PagedKvCache& kv) : opt_(options), kv_(kv) {
-  if (opt_.prefix_cache) prefix_ = std::make_unique<PrefixCache>(kv_);
+  const RecurrentState* rs = kv_.recurrent();
+  // A recurrent state cannot be rebuilt from shared KV blocks: hybrid models reuse prefixes only through snapshots.
+  if (opt_.prefix_cache && (!rs || opt_.state_snapshots > 0)) prefix_ = std::make_unique<PrefixCache>(kv_);
+  if (prefix_ && rs) {
+    // Snapshots sit at block ends (their key is the block's) and at prefill_align multiples (a restored
+    // sequence continues with the chunks it would have had from position 0).
+    const int unit = std::max(1, opt_.prefill_align);
+    if (opt_.snapshot_interval <= 0 || opt_.snapshot_interval % kv_.block_size() != 0 ||
+        opt_.snapshot_interval % unit != 0)
+      throw Error("the state snapshot interval (" + std::to_string(opt_.snapshot_interval) +
+                  ") must be a positive multiple of the KV block size (" + std::to_string(kv_.block_size()) +
+                  ") and of " + std::to_string(unit));
+    snapshots_ = std::make_unique<StateSnapshots>(opt_.state_snapshots, opt_.snapshot_interval, state_floats(rs->shape()));
+    prefix_->on_forget = [this](uint64_t key) { snapshots_->drop(key); };
+  }
   for (int s = opt_.max_running - 1; s >= 0; --s) free_slots_.push_back(s);
 }
 
@@ -27,6 +41,46 @@ SchedRequest* Scheduler::pick_victim() const {
 
 bool Scheduler::can_ever_fit(const SchedRequest* r) const {
   return blocks_for((int)r->tokens.size() + 1) <= kv_.n_blocks();
+}
+
+int Scheduler::chunk_len(const SchedRequest* r, int n) const {
+  const int begin = r->n_computed;
+  int end = begin + n;
+  if (snapshots_) {  // stop at the next snapshot position, to take one there
+    const int every = snapshots_->interval();
+    end = std::min(end, (begin / every + 1) * every);
+  }
+  if (end >= (int)r->tokens.size()) return end - begin;  // the last chunk: ends where the tokens end
+  if (const int a = opt_.prefill_align; a > 1 && end % a != 0) {
+    if (end - end % a > begin) return end - end % a - begin;
+    // Less than an aligned piece fits: wait for a step with more room (other requests took this one's),
+    // unless no step ever has more (then the chunk is not aligned, and its rounding may differ).
+    if (n < opt_.max_batch_tokens && opt_.max_batch_tokens >= a) return 0;
+  }
+  return end - begin;
+}
+
+int Scheduler::snapshot_prefix(const SchedRequest* r, const std::vector<uint64_t>& keys, std::vector<int>& matched,
+                               int cached) const {
+  if (!snapshots_) return cached;
+  const int bs = kv_.block_size(), every = snapshots_->interval();
+  int p = cached - cached % every;
+  for (; p > 0; p -= every) {
+    const int b = p / bs - 1;  // the block ending at p
+    if (snapshots_->has(keys[b], b > 0 ? keys[b - 1] : PrefixCache::kRoot, r->tokens.data() + (size_t)b * bs, bs))
+      break;
+  }
+  matched.resize(p / bs);
+  return p;
+}
+
+void Scheduler::take_snapshot(SchedRequest* r, uint64_t parent) {
+  const int bs = kv_.block_size(), p = r->n_computed;
+  const RecurrentState* rs = kv_.recurrent();
+  if (p == 0 || p % snapshots_->interval() != 0 || r->n_indexed * bs != p || !rs->has(r->slot) ||
+      rs->n_tokens(r->slot) != p)
+    return;
+  snapshots_->save(r->last_key, parent, r->tokens.data() + (size_t)(p - bs), bs, p, *rs, r->slot);
 }
 
 void Scheduler::add(SchedRequest* r) {
@@ -136,8 +190,8 @@ void Scheduler::schedule_prefills(std::vector<StepChunk>& plan, int& budget) {
   for (SchedRequest* r : order) {
     if (budget <= 0) break;
     if (r->slot < 0 || r->pending() <= 1) continue;
-    const int n = std::min(r->pending(), budget);
-    if (make_room(r, r->n_computed, r->n_computed + n, plan, budget)) {
+    const int n = chunk_len(r, std::min(r->pending(), budget));
+    if (n > 0 && make_room(r, r->n_computed, r->n_computed + n, plan, budget)) {
       plan.push_back({r, r->n_computed, n, r->n_computed + n == (int)r->tokens.size()});
       budget -= n;
     }
@@ -178,7 +232,7 @@ void Scheduler::admit_waiting(std::vector<StepChunk>& plan, int& budget) {
       if (matched.size() < keys.size() && inflight.count(keys[matched.size()])) continue;
     }
     const int n_tok = (int)r->tokens.size();
-    const int cached = std::min((int)matched.size() * bs, n_tok - 1);
+    const int cached = snapshot_prefix(r, keys, matched, std::min((int)matched.size() * bs, n_tok - 1));
     int revived = 0, revived_unhinted = 0;
     for (int b : matched) {
       revived += kv_.refcount(b) == 0;
@@ -196,6 +250,14 @@ void Scheduler::admit_waiting(std::vector<StepChunk>& plan, int& budget) {
     r->slot = free_slots_.back();
     free_slots_.pop_back();
     for (int b : matched) kv_.append_shared(r->slot, b);
+    if (snapshots_ && n_tok - 1 >= snapshots_->interval()) {
+      const int b = cached / bs - 1;
+      const bool hit = cached > 0 && snapshots_->restore(keys[b], b > 0 ? keys[b - 1] : PrefixCache::kRoot,
+                                                         r->tokens.data() + (size_t)b * bs, bs, *kv_.recurrent(),
+                                                         r->slot) == cached;
+      SPOOL_CHECK(hit || cached == 0);
+      snapshots_->count_lookup(hit);
+    }
     r->n_computed = cached;
     r->n_indexed = (int)matched.size();
     r->last_key = matched.empty() ? PrefixCache::kRoot : keys[matched.size() - 1];
@@ -208,8 +270,8 @@ void Scheduler::admit_waiting(std::vector<StepChunk>& plan, int& budget) {
     running_.push_back(r);
     for (size_t i = cached / bs; i < keys.size(); ++i) inflight.insert(keys[i]);
 
-    const int n = std::min(r->pending(), budget);
-    if (make_room(r, r->n_computed, r->n_computed + n, plan, budget)) {
+    const int n = chunk_len(r, std::min(r->pending(), budget));
+    if (n > 0 && make_room(r, r->n_computed, r->n_computed + n, plan, budget)) {
       plan.push_back({r, r->n_computed, n, r->n_computed + n == n_tok});
       budget -= n;
     }
@@ -234,11 +296,14 @@ void Scheduler::commit(const std::vector<StepChunk>& chunks) {
     r->n_computed += c.n;
     if (!prefix_ || r->slot < 0) continue;
     const std::vector<int>& table = kv_.table(r->slot);
+    uint64_t parent = r->last_key;
     while ((r->n_indexed + 1) * bs <= r->n_computed) {
+      parent = r->last_key;
       r->last_key = prefix_->insert(r->last_key, r->tokens.data() + (size_t)r->n_indexed * bs, table[r->n_indexed]);
       ++r->n_indexed;
       hints_dirty_ = true;  // a new cached block may be one a hint names
     }
+    if (snapshots_) take_snapshot(r, parent);
   }
 }
 

@@ -16,12 +16,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "model/kv_paged.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/state_snapshots.h"
 
 namespace spool {
 
@@ -51,6 +53,17 @@ struct SchedOptions {
   // caller's hint (set_hints) will reuse are evicted after the others,
   // farthest next use first. false: plain LRU over cached blocks.
   bool kv_hints = true;
+  // Hybrid models (the KV cache has a recurrent state): prefill chunks that do
+  // not reach the end of a request's tokens end at a multiple of prefill_align
+  // positions (the delta rule's chunk), so a sequence's numbers do not depend
+  // on how its prompt was split over steps. 0: no alignment.
+  int prefill_align = 0;
+  // Hybrid models: the prefix cache is used only with state snapshots
+  // (runtime/state_snapshots.h): at most state_snapshots of them, taken every
+  // snapshot_interval positions (a multiple of the block size and of prefill_align). 0: no prefix
+  // reuse for hybrid models.
+  int state_snapshots = 0;
+  int snapshot_interval = 256;
 };
 
 
@@ -84,6 +97,7 @@ class Scheduler {
   uint64_t preemptions() const { return preemptions_; }
   uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
   PrefixCache* prefix_cache() { return prefix_.get(); }
+  const StateSnapshots* snapshots() const { return snapshots_.get(); }
 
  private:
   // Policy pieces.
@@ -91,6 +105,14 @@ class Scheduler {
   SchedRequest* pick_victim() const;                               // lowest priority, youngest
   int blocks_for(int n_pos) const { return (n_pos + kv_.block_size() - 1) / kv_.block_size(); }
   bool can_ever_fit(const SchedRequest* r) const;
+  // Of n tokens of prefill (n = min(pending, budget)): how many to run now, cut at the next snapshot position
+  // and at a prefill_align multiple; 0: wait for a step with more room.
+  int chunk_len(const SchedRequest* r, int n) const;
+  // Hybrid models: the longest prefix [0, p) with p <= cached at a snapshot position that has a snapshot;
+  // matched is cut to its blocks (none when p is 0). Full-attention models: cached unchanged.
+  int snapshot_prefix(const SchedRequest* r, const std::vector<uint64_t>& keys, std::vector<int>& matched,
+                      int cached) const;
+  void take_snapshot(SchedRequest* r, uint64_t parent);
   void schedule_decodes(std::vector<StepChunk>& plan, int& budget);
   void schedule_prefills(std::vector<StepChunk>& plan, int& budget);
   void admit_waiting(std::vector<StepChunk>& plan, int& budget);
@@ -106,6 +128,7 @@ class Scheduler {
   SchedOptions opt_;
   PagedKvCache& kv_;
   std::unique_ptr<PrefixCache> prefix_;
+  std::unique_ptr<StateSnapshots> snapshots_;  // hybrid models with prefix reuse
   std::vector<SchedRequest*> running_, waiting_, failed_;
   std::vector<int> free_slots_;
   uint64_t preemptions_ = 0, prefix_hit_tokens_ = 0;

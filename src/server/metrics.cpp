@@ -161,13 +161,25 @@ std::string render_metrics(const std::vector<ModelFigures>& models, const std::m
   f.add("spool_preemptions_total", "counter", "Requests preempted when KV blocks ran out.",
         [](M m) { return (double)m.stats.preemptions; });
   f.add("spool_prefix_cache_enabled", "gauge",
-        "1 when prompt prefixes are reused; 0 when off (--no-prefix-cache, or a hybrid model with recurrent state).",
+        "1 when prompt prefixes are reused; 0 when off (--no-prefix-cache, or a hybrid model without "
+        "--state-snapshots).",
         [](M m) { return m.stats.prefix_cache ? 1.0 : 0.0; });
   f.add("spool_recurrent_state_bytes", "gauge",
         "Bytes of per-sequence recurrent state held now (hybrid linear-attention models).",
         [](M m) { return (double)m.stats.recurrent_state_bytes; });
   f.add("spool_recurrent_sequences", "gauge", "Sequences holding a recurrent state now (hybrid models).",
         [](M m) { return (double)m.stats.recurrent_sequences; });
+  f.add("spool_state_snapshots", "gauge",
+        "Recurrent-state snapshots held for prefix reuse (hybrid models, --state-snapshots).",
+        [](M m) { return (double)m.stats.state_snapshots; });
+  f.add("spool_state_snapshot_bytes", "gauge", "Bytes of the recurrent-state snapshots held now.",
+        [](M m) { return (double)m.stats.state_snapshot_bytes; });
+  f.add("spool_state_snapshot_hits_total", "counter",
+        "Admissions of hybrid-model requests that restored a state snapshot (their prefix was not recomputed).",
+        [](M m) { return (double)m.stats.state_snapshot_hits; });
+  f.add("spool_state_snapshot_misses_total", "counter",
+        "Admissions of hybrid-model requests long enough for a snapshot that found none usable.",
+        [](M m) { return (double)m.stats.state_snapshot_misses; });
   out += "# HELP spool_http_responses_total HTTP responses by status code.\n"
          "# TYPE spool_http_responses_total counter\n";
   for (const auto& [status, n] : http_by_status)

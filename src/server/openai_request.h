@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "grammar/grammar_cache.h"
-#include "model/chat_template.h"
 #include "runtime/engine.h"
 #include "server/structured_output.h"
+#include "text/chat_template.h"
 
 namespace spool::server {
 

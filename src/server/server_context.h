@@ -10,13 +10,13 @@
 #include <httplib.h>
 
 #include "agents/pipeline_runner.h"
-#include "model/chat_template.h"
 #include "server/api_error.h"
 #include "server/batch_runner.h"
 #include "server/connection_guard.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "text/chat_template.h"
 
 namespace spool::server {
 

@@ -50,6 +50,10 @@ json engine_json(const EngineStats& s) {
           {"prefix_cache", s.prefix_cache},
           {"recurrent_state_bytes", s.recurrent_state_bytes},
           {"recurrent_sequences", s.recurrent_sequences},
+          {"state_snapshots", s.state_snapshots},
+          {"state_snapshot_bytes", s.state_snapshot_bytes},
+          {"state_snapshot_hits", s.state_snapshot_hits},
+          {"state_snapshot_misses", s.state_snapshot_misses},
           {"ttft_seconds", histogram_json(s.ttft)},
           {"inter_token_seconds", histogram_json(s.inter_token)}};
 }

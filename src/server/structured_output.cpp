@@ -6,8 +6,8 @@
 #include <random>
 
 #include "grammar/json_schema.h"
-#include "model/chat_template.h"
 #include "server/api_error.h"
+#include "text/chat_template.h"
 
 namespace spool::server {
 

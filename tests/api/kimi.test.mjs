@@ -1,6 +1,7 @@
 // The Kimi hybrids (Kimi Linear from its HF fixture, Kimi K3 from its GGUF
 // fixture) behind a real `spool serve`: four requests decoded together give
-// the text each gives alone, and every recurrent state is freed after (/metrics).
+// the text each gives alone, and every recurrent state is freed after (/metrics);
+// a K3 request cancelled mid-stream frees its state.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -32,3 +33,35 @@ for (const [name, model] of Object.entries(MODELS)) {
     assert.equal(await metric(server.url, 'spool_recurrent_state_bytes'), 0);
   });
 }
+
+test('kimi-k3: a request cancelled mid-stream frees its recurrent state', async () => {
+  const server = await startServer(MODELS['kimi-k3'], ['-c', '4096', '--parallel', '4']);
+  servers.push(server);
+  const client = server.client();
+  const controller = new AbortController();
+  const stream = await client.completions.create(
+    { prompt: 'Once upon a time', max_tokens: 4000, temperature: 0, ignore_eos: true, stream: true },
+    { signal: controller.signal },
+  );
+  let chunks = 0;
+  let held = 0;
+  let sequences = 0;
+  for await (const _ of stream) {
+    if (++chunks === 2) {
+      held = await metric(server.url, 'spool_recurrent_state_bytes');
+      sequences = await metric(server.url, 'spool_recurrent_sequences');
+    }
+    if (chunks === 3) {
+      controller.abort();
+      break;
+    }
+  }
+  assert.ok(held > 0, 'no recurrent state while the request ran');
+  assert.equal(sequences, 1);
+  const idle = await waitFor(async () =>
+    (await metric(server.url, 'spool_requests_running')) === 0 && (await metric(server.url, 'spool_recurrent_sequences')) === 0);
+  assert.ok(idle, 'the cancelled request still holds its recurrent state');
+  assert.equal(await metric(server.url, 'spool_recurrent_state_bytes'), 0);
+  const r = await client.completions.create({ prompt: 'still serving', max_tokens: 8, temperature: 0, ignore_eos: true });
+  assert.equal(r.usage.completion_tokens, 8);
+});

@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "agents/pipeline_runner.h"
-#include "agents/spec_yaml.h"
 #include "agents/run_store.h"
+#include "agents/spec_yaml.h"
 #include "cli_common.h"
 #include "core/error.h"
-#include "model/chat_template.h"
 #include "runtime/engine.h"
+#include "text/chat_template.h"
 
 namespace spool::cli {
 namespace {

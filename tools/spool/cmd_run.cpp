@@ -10,10 +10,10 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "grammar/grammar_cache.h"
-#include "model/chat_template.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
-#include "runtime/text_stream.h"
+#include "text/chat_template.h"
+#include "text/text_stream.h"
 #include "stream_stats.h"
 
 namespace spool::cli {

@@ -9,14 +9,14 @@
 #include <thread>
 
 #include "cli_common.h"
-#include "core/error.h"
 #include "agents/pipeline_runner.h"
 #include "agents/run_store.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
-#include "model/chat_template.h"
 #include "runtime/engine.h"
 #include "server/auth.h"
 #include "server/http_server.h"
+#include "text/chat_template.h"
 
 namespace spool::cli {
 namespace {
@@ -26,6 +26,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1", api_key, api_key_file, data_dir;
   bool no_prefix_cache = false, no_kv_hints = false;
   std::string kv_pool;
+  int state_snapshots = 0, snapshot_interval = 256;
   int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64, max_runs = 1;
   size_t max_body = 8u << 20;
   int max_connections = 256, read_timeout = 5;
@@ -59,6 +60,9 @@ void serve(const ServeOptions& o) {
   if (o.max_header_bytes < 256) throw Error("--max-header-bytes must be at least 256");
   if (o.max_headers < 1) throw Error("--max-headers must be at least 1");
   if (o.request_timeout < 0) throw Error("--request-timeout must not be negative");
+  if (o.state_snapshots < 0) throw Error("--state-snapshots must not be negative");
+  if (o.snapshot_interval < 64 || o.snapshot_interval % 64 != 0)
+    throw Error("--snapshot-interval must be a positive multiple of 64 (the delta rule's chunk; the KV block is 16)");
 
   // SIGINT/SIGTERM go to one waiting thread (blocked everywhere else, threads inherit the mask).
   sigset_t signals;
@@ -103,6 +107,8 @@ void serve(const ServeOptions& o) {
     eo.max_waiting = o.max_waiting;
     eo.prefix_cache = !o.no_prefix_cache;
     eo.kv_hints = !o.no_kv_hints;
+    eo.state_snapshots = o.state_snapshots;
+    eo.snapshot_interval = o.snapshot_interval;
     if (!o.kv_pool.empty()) eo.kv_bytes = parse_size(o.kv_pool);
     l.engine = make_engine(*l.model, eo);
     const EngineStats st = l.engine->stats();
@@ -216,6 +222,17 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
                "Never reuse KV blocks of earlier requests (for measuring what the prefix cache saves)");
+  cmd->add_option("--state-snapshots", o->state_snapshots,
+                  "Hybrid models (Qwen3-Next, Qwen3.5, Kimi Linear, K3): keep up to N snapshots of the recurrent "
+                  "state at every --snapshot-interval positions, least recently used evicted, so a prompt that "
+                  "starts with a cached prefix (an agent pipeline's shared context) restores the state there and "
+                  "computes only the rest. Each takes one sequence's whole recurrent state out of the "
+                  "KV pool (--kv-pool; default --parallel full contexts, which --mem-budget reserves). 0: hybrid "
+                  "models compute every prompt in full")
+      ->capture_default_str();
+  cmd->add_option("--snapshot-interval", o->snapshot_interval,
+                  "Positions between state snapshots (a multiple of 64: the delta rule's chunk, and of the KV block, 16)")
+      ->capture_default_str();
   cmd->add_option("--kv-pool", o->kv_pool,
                   "KV pool size per model (e.g. 256M; default: --parallel full contexts)");
   cmd->add_flag("--no-kv-hints", o->no_kv_hints,

@@ -21,8 +21,8 @@
 #include "model/synth.h"
 #include "model/synth_deepseek2.h"
 #include "model/synth_kimi_k3.h"
-#include "model/tokenizer.h"
 #include "runtime/session.h"
+#include "text/tokenizer.h"
 #include "weights/weight_store.h"
 
 namespace spool::cli {

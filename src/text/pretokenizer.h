@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/unicode_regex.h"
+#include "text/unicode_regex.h"
 
 namespace spool {
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/unicode_util.h"
+#include "text/unicode_util.h"
 
 namespace spool {
 

@@ -7,9 +7,9 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/pretokenizer.h"
-#include "model/tokenizer_vocab.h"
-#include "model/unicode_util.h"
+#include "text/pretokenizer.h"
+#include "text/tokenizer_vocab.h"
+#include "text/unicode_util.h"
 
 namespace spool {
 

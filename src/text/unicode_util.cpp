@@ -2,7 +2,7 @@
 // mapping and decomposition come from utf8proc; the only tables here are the
 // White_Space property's few members and GPT-2's byte mapping, which are
 // definitions rather than Unicode data.
-#include "model/unicode_util.h"
+#include "text/unicode_util.h"
 
 #include <array>
 #include <utf8proc.h>

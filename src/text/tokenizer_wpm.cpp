@@ -3,8 +3,8 @@
 // whitespace and punctuation, and each word is matched greedily longest-first
 // against the vocabulary. GGUF stores word-initial pieces with a leading "▁"
 // and continuation pieces bare, so a word is matched as "▁" + word.
-#include "model/tokenizer_vocab.h"
-#include "model/unicode_util.h"
+#include "text/tokenizer_vocab.h"
+#include "text/unicode_util.h"
 
 namespace spool {
 

@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/hf_tokenizer.h"
-#include "model/tokenizer_vocab.h"
+#include "text/hf_tokenizer.h"
+#include "text/tokenizer_vocab.h"
 
 namespace spool {
 

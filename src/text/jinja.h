@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "model/jinja_ast.h"
-#include "model/jinja_value.h"
+#include "text/jinja_ast.h"
+#include "text/jinja_value.h"
 
 namespace spool::jinja {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "model/jinja_builtins.h"
+#include "text/jinja_builtins.h"
 
 namespace spool::jinja {
 namespace {

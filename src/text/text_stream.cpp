@@ -1,5 +1,5 @@
 // TextStream: UTF-8 completeness and stop-string matching over a byte buffer.
-#include "runtime/text_stream.h"
+#include "text/text_stream.h"
 
 #include <algorithm>
 

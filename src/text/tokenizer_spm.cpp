@@ -5,8 +5,8 @@
 // that end up as no token are emitted as byte tokens <0xNN>.
 #include <queue>
 
-#include "model/tokenizer_vocab.h"
-#include "model/unicode_util.h"
+#include "text/tokenizer_vocab.h"
+#include "text/unicode_util.h"
 
 namespace spool {
 

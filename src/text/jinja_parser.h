@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "model/jinja_ast.h"
-#include "model/jinja_lexer.h"
+#include "text/jinja_ast.h"
+#include "text/jinja_lexer.h"
 
 namespace spool::jinja {
 

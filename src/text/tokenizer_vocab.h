@@ -11,7 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace spool {
 namespace gguf { struct File; }

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "model/jinja.h"
-#include "model/tokenizer.h"
+#include "text/jinja.h"
+#include "text/tokenizer.h"
 
 namespace spool {
 namespace gguf { struct File; }

@@ -1,7 +1,7 @@
 // ChatTemplate: the variables transformers passes to a chat template (messages,
 // add_generation_prompt, bos_token, eos_token, plus caller extras) and the
 // template source from model metadata.
-#include "model/chat_template.h"
+#include "text/chat_template.h"
 
 #include "format/gguf.h"
 

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/jinja_lexer.h"
-#include "model/jinja_value.h"
+#include "text/jinja_lexer.h"
+#include "text/jinja_value.h"
 
 namespace spool::jinja {
 

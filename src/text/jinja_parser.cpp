@@ -1,13 +1,13 @@
 // Recursive-descent parser for the Jinja subset: statements ({% if %}, {% for %},
 // {% set %}, {% macro %}, {% call %}, {% filter %}, break/continue, generation)
 // and expressions with Jinja's precedence. Errors name the token's line/column.
-#include "model/jinja_parser.h"
+#include "text/jinja_parser.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
-#include "model/jinja_builtins.h"
+#include "text/jinja_builtins.h"
 
 namespace spool::jinja {
 namespace {

@@ -1,6 +1,6 @@
 // Value: kinds, truthiness, Python-style str()/repr(), equality and JSON
 // conversion for the Jinja-subset template engine.
-#include "model/jinja_value.h"
+#include "text/jinja_value.h"
 
 #include <charconv>
 #include <cmath>

@@ -2,12 +2,12 @@
 // splitting itself. Patterns are the ones the models' tokenizer.json files
 // declare (Hugging Face Split pre-tokenizers, behaviour "Isolated"); names that
 // llama.cpp treats alike share an entry so GGUFs from its converter load here.
-#include "model/pretokenizer.h"
+#include "text/pretokenizer.h"
 
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/unicode_util.h"
+#include "text/unicode_util.h"
 
 namespace spool {
 

@@ -1,12 +1,12 @@
 // The tokenizer factory (GGUF tokenizer.ggml.model -> implementation), the
 // parts of encoding and decoding that every vocabulary type shares (BOS/EOS,
 // special-token fragments, token pieces), and streaming decode.
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/tokenizer_vocab.h"
-#include "model/unicode_util.h"
+#include "text/tokenizer_vocab.h"
+#include "text/unicode_util.h"
 
 namespace spool {
 

@@ -3,7 +3,7 @@
 // whose split regexes the file declares, BOS/EOS from tokenizer_config.json and
 // the post-processor, end-of-generation ids from generation_config.json, and
 // the chat template.
-#include "model/hf_tokenizer.h"
+#include "text/hf_tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "format/hf_checkpoint.h"
-#include "model/pretokenizer.h"
+#include "text/pretokenizer.h"
 
 namespace spool {
 namespace {

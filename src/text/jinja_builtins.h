@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/jinja_value.h"
+#include "text/jinja_value.h"
 
 namespace spool::jinja {
 

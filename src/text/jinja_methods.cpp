@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <ctime>
 
-#include "model/jinja_builtins.h"
+#include "text/jinja_builtins.h"
 
 namespace spool::jinja {
 

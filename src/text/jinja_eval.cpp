@@ -8,9 +8,9 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "model/jinja.h"
-#include "model/jinja_builtins.h"
-#include "model/jinja_parser.h"
+#include "text/jinja.h"
+#include "text/jinja_builtins.h"
+#include "text/jinja_parser.h"
 
 namespace spool::jinja {
 namespace {

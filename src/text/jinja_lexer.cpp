@@ -1,7 +1,7 @@
 // Jinja-subset lexer: text between tags with whitespace control applied, and the
 // tokens inside tags (names, string and number literals, operators). Brackets are
 // balanced so a dict literal's "}}" does not end a {{ }} tag.
-#include "model/jinja_lexer.h"
+#include "text/jinja_lexer.h"
 
 #include <algorithm>
 

@@ -2,7 +2,7 @@
 // parsed into a small tree, then compiled into instructions for a backtracking
 // machine (split/jump, as in Thompson/Pike VMs but run depth-first so the first
 // alternative that leads to a match wins: Perl/Oniguruma "leftmost-first").
-#include "model/unicode_regex.h"
+#include "text/unicode_regex.h"
 
 #include <memory>
 
