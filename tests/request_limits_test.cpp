@@ -14,6 +14,7 @@
 
 #include "server/api_error.h"
 #include "server/connection_guard.h"
+#include "server/json_depth.h"
 #include "server/request_deadline.h"
 #include "server/server_context.h"
 
@@ -110,6 +111,30 @@ TEST(RequestLimits, HeaderDeadlineTrips408EvenWhenEachReadIsQuick) {
   EXPECT_LT(s_taken, 2.5);
 }
 
+TEST(RequestLimits, BodyDeadlineTrips408AfterTheHeader) {
+  SocketPair p;
+  ConnectionLimits l = small_limits();
+  l.read_timeout_s = 5;
+  l.body_timeout_s = 1;
+  GuardedStream s(p.fd[0], l);
+  s.start_request();
+  p.send("POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n");
+  std::thread trickle([&] {
+    for (int i = 0; i < 10; ++i) {
+      if (::send(p.fd[1], "b", 1, MSG_NOSIGNAL) != 1) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  drain(s);
+  const double s_taken = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  trickle.join();
+  EXPECT_EQ(s.status(), 408);
+  EXPECT_TRUE(s.body_timed_out());
+  EXPECT_GE(s_taken, 0.9);
+  EXPECT_LT(s_taken, 2.5);
+}
+
 TEST(RequestLimits, RefusalIsAWholeResponse) {
   SocketPair p;
   std::thread t([&] { send_refusal(p.fd[0], 503, R"({"error":{}})", 1, 100); });
@@ -140,6 +165,14 @@ TEST(RequestLimits, JsonDepthOver128IsRefusedBeforeParsing) {
   httplib::Request in_string;
   in_string.body = "{\"a\":\"" + std::string(1000, '[') + "\\\"{{{\"}";  // brackets and an escaped quote in a string
   EXPECT_NO_THROW(parse_json_body(in_string));
+}
+
+TEST(RequestLimits, JsonDepthScan) {
+  EXPECT_EQ(json_depth_exceeded_at("[[[]]]", 3), std::string_view::npos);
+  EXPECT_EQ(json_depth_exceeded_at("[[[[]]]]", 3), 3u);
+  EXPECT_EQ(json_depth_exceeded_at("{\"a\":{\"b\":[{}]}}", 3), 11u);
+  EXPECT_EQ(json_depth_exceeded_at("[\"[[[[\\\"[[[[\"]", 2), std::string_view::npos);  // inside a string
+  EXPECT_EQ(json_depth_exceeded_at("]]]][[[[", 3), 7u);  // stray closers do not buy depth
 }
 
 TEST(RequestLimits, DeadlinePassesAndNamesItsLimit) {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "agents/pipeline_runner.h"
+#include "server/json_depth.h"
 #include "server/openai_format.h"
 #include "server/server_context.h"
 
@@ -37,6 +38,9 @@ std::vector<BatchLine> parse_lines(const std::string& content, const std::string
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = "input file line " + std::to_string(line_no) + ": ";
+    if (json_depth_exceeded_at(line) != std::string_view::npos)
+      throw bad_param("input_file_id", where + "nested deeper than " + std::to_string(kMaxJsonDepth) + " arrays/objects",
+                      "invalid_batch_file");
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) throw bad_param("input_file_id", where + "not a JSON object", "invalid_batch_file");
     if (!j.contains("custom_id") || !j["custom_id"].is_string() || j["custom_id"].get<std::string>().empty())

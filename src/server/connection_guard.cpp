@@ -85,10 +85,8 @@ bool GuardedStream::is_writable() const {
 bool GuardedStream::fill() {
   long wait_ms = limits_.read_timeout_s * 1000L;
   bool deadline_first = false;
-  if (in_header_) {
-    const long left = (long)std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-    if (left < wait_ms) wait_ms = left, deadline_first = true;
-  }
+  const long left = (long)std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+  if (left < wait_ms) wait_ms = left, deadline_first = true;
   if (wait_socket(sock_, POLLIN, wait_ms) <= 0) {
     if (deadline_first) status_ = 408;
     header_failed_ = in_header_;
@@ -120,6 +118,7 @@ ssize_t GuardedStream::read(char* ptr, size_t size) {
       if (c == '\n') {
         if (tail_ == 0x0d0a0d0a || (tail_ & 0xffff) == 0x0a0a) {  // blank line: the header is complete
           in_header_ = false;
+          deadline_ = Clock::now() + std::chrono::seconds(limits_.body_timeout_s);
           break;
         }
         if (++header_lines_ > limits_.max_header_lines + 1) break;  // the request line is line 1
@@ -196,7 +195,12 @@ ConnectionPool::~ConnectionPool() { shutdown(); }
 void ConnectionPool::enqueue(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stop_ && !idle_.empty()) {
+    if (!stop_ && busy_ < workers_.size()) {
+      ++busy_;
+      if (idle_.empty()) {
+        pending_.push_back(std::move(fn));  // a worker not waiting yet (starting, or finishing a connection)
+        return;
+      }
       Worker* w = idle_.back();
       idle_.pop_back();
       w->job = std::move(fn);
@@ -226,15 +230,23 @@ void ConnectionPool::shutdown() {
 void ConnectionPool::work(Worker* w) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    idle_.push_back(w);
-    w->cv.wait(lock, [&] { return stop_ || w->has_job; });
-    if (!w->has_job) return;  // stopping (it stays in idle_, which no one reads any more)
-    std::function<void()> fn = std::move(w->job);
-    w->has_job = false;
+    std::function<void()> fn;
+    if (!pending_.empty()) {
+      fn = std::move(pending_.front());
+      pending_.pop_front();
+    } else {
+      if (stop_) return;
+      idle_.push_back(w);
+      w->cv.wait(lock, [&] { return stop_ || w->has_job; });
+      if (!w->has_job) return;  // stopping (it stays in idle_, which no one reads any more)
+      fn = std::move(w->job);
+      w->has_job = false;
+    }
     lock.unlock();
     fn();
     fn = nullptr;
     lock.lock();
+    --busy_;
   }
 }
 
@@ -273,7 +285,7 @@ void GuardedHttpServer::refuser_loop() {
       sock = to_refuse_.front();
       to_refuse_.pop_front();
     }
-    send_refusal(sock, 503, refusal_body ? refusal_body(503) : "{}", 1, 200);
+    send_refusal(sock, 503, refusal_body ? refusal_body(503, false) : "{}", 1, 200);
     ::close(sock);
     if (on_refusal) on_refusal(503);
   }
@@ -306,7 +318,7 @@ bool GuardedHttpServer::process_and_close_socket(int sock) {
     ret = process_request(strm, left == 1, closed, nullptr);
     if (strm.status() != 0) {
       const int status = strm.status();
-      send_refusal(sock, status, refusal_body ? refusal_body(status) : "{}", 0, 500);
+      send_refusal(sock, status, refusal_body ? refusal_body(status, strm.body_timed_out()) : "{}", 0, 500);
       if (on_refusal) on_refusal(status);
       ret = false;
       break;

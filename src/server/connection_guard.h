@@ -35,6 +35,7 @@ struct ConnectionLimits {
   size_t max_header_bytes = 32u << 10;  // request line + header lines, CRLFs included
   int max_header_lines = 100;           // header lines (not the request line)
   int header_timeout_s = 10;            // the whole request line + header, from its first byte
+  int body_timeout_s = 60;              // the whole body, from the end of the header
   int read_timeout_s = 5;               // any one read (header or body)
   int write_timeout_s = 5;
   // An idle connection waits this long for its next request; responses advertise
@@ -56,8 +57,9 @@ class GuardedStream : public httplib::Stream {
   GuardedStream(int sock, const ConnectionLimits& limits) : sock_(sock), limits_(limits) {}
   // Before each request: header accounting starts again, the deadline from now.
   void start_request();
-  // 0: fine; 431 or 408 once a header limit tripped.
+  // 0: fine; 431 or 408 once a header limit tripped, 408 once the body's deadline passed.
   int status() const { return status_; }
+  bool body_timed_out() const { return status_ == 408 && !in_header_; }
   // The header ended early: a read timed out, the peer closed, or a limit tripped.
   bool header_failed() const { return header_failed_; }
   bool buffered() const { return pos_ < len_; }
@@ -116,6 +118,10 @@ class ConnectionPool : public httplib::TaskQueue {
   std::mutex mu_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<Worker*> idle_;  // most recently idle last
+  // Connections taken but not yet handed to a worker: one whose thread is
+  // between two connections (or not started yet) takes them first.
+  std::deque<std::function<void()>> pending_;
+  size_t busy_ = 0;  // connections taken and not finished (at most workers_.size())
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
@@ -136,7 +142,8 @@ class GuardedHttpServer : public httplib::Server {
   const ConnectionLimits& limits() const { return limits_; }
   // The JSON body for an answer the guard writes itself (431, 408, 503), and a
   // hook told of each such answer (metrics).
-  std::function<std::string(int status)> refusal_body;
+  // `in_body`: a 408 for the body's deadline rather than the header's.
+  std::function<std::string(int status, bool in_body)> refusal_body;
   std::function<void(int status)> on_refusal;
 
   // Called by ConnectionPool on the accepting thread when every worker is busy.

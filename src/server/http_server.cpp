@@ -243,9 +243,14 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
   limits.max_header_bytes = ctx_->options.max_header_bytes;
   limits.max_header_lines = ctx_->options.max_header_lines;
   limits.header_timeout_s = std::max(1, ctx_->options.header_timeout_s);
+  limits.body_timeout_s = std::max(1, ctx_->options.body_timeout_s);
   limits.read_timeout_s = std::max(1, ctx_->options.read_timeout_s);
   http.set_limits(limits);
-  http.refusal_body = [ctx = ctx_.get()](int status) {
+  http.refusal_body = [ctx = ctx_.get()](int status, bool in_body) {
+    if (status == 408 && in_body)
+      return dump_json(error_json(ApiError(408, "the request body took longer than the server's limit of " +
+                                                    std::to_string(ctx->options.body_timeout_s) + " s (--body-timeout)",
+                                           "invalid_request_error", "request_body_timeout")));
     return dump_json(error_json(error_for_status(httplib::Request{}, status, ctx->options)));
   };
   http.on_refusal = [ctx = ctx_.get()](int status) { ctx->counters.count(status); };

@@ -44,6 +44,7 @@ struct ServerOptions {
   size_t max_header_bytes = 32u << 10;    // request line + header; more: 431
   int max_header_lines = 100;             // header lines; more: 431
   int header_timeout_s = 10;              // the whole request line + header; slower: 408
+  int body_timeout_s = 60;                // the whole body, after the header; slower: 408
   // A completion request still unfinished this long after it arrived is cancelled (its KV
   // blocks freed) and answered with a 504 error (code request_timeout); 0: no limit.
   double request_timeout_s = 0;

@@ -5,20 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
+#include "server/json_depth.h"
 #include "server/server_context.h"
 
 namespace spool::server {
 
 using nlohmann::json;
 
-namespace {
-
-// nlohmann's parser does not recurse, but what walks a parsed value does
-// (dumping it, JSON-schema compilation, the Jinja renderer): a body nested
-// deeper than this is refused before parsing, by a plain scan.
-constexpr int kMaxJsonDepth = 128;
-
-void check_depth(const std::string& text) {
+size_t json_depth_exceeded_at(std::string_view text, int max_depth) {
   int depth = 0;
   bool in_string = false, escaped = false;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -30,15 +24,24 @@ void check_depth(const std::string& text) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        throw ApiError(400,
-                       "the request body is nested deeper than " + std::to_string(kMaxJsonDepth) +
-                           " arrays/objects (at byte " + std::to_string(i) + ")",
-                       "invalid_request_error", "json_too_deep");
-    } else if (c == ']' || c == '}') {
+      if (++depth > max_depth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
   }
+  return std::string_view::npos;
+}
+
+namespace {
+
+// nlohmann's parser does not recurse, but what walks a parsed value does.
+void check_depth(const std::string& text) {
+  const size_t at = json_depth_exceeded_at(text);
+  if (at != std::string_view::npos)
+    throw ApiError(400,
+                   "the request body is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                       " arrays/objects (at byte " + std::to_string(at) + ")",
+                   "invalid_request_error", "json_too_deep");
 }
 
 }  // namespace

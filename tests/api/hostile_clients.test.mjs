@@ -13,7 +13,7 @@ let server;
 before(async () => {
   server = await startServer(STORIES, [
     '-c', String(N_CTX), '--max-header-bytes', '16384', '--max-headers', '20', '--max-body', String(MAX_BODY),
-    '--header-timeout', '2', '--read-timeout', '2',
+    '--header-timeout', '2', '--body-timeout', '2', '--read-timeout', '2',
   ]);
 });
 after(async () => server && (await server.stop()));
@@ -59,6 +59,19 @@ test('a header trickled slower than --header-timeout gets 408 at the deadline', 
   clearInterval(timer);
   const r = (await import('./raw_http.mjs')).parseResponse(Buffer.from(h.data(), 'latin1'));
   assertApiError(r, 408, 'request_header_timeout');
+  const ms = closedAt - t0;
+  assert.ok(ms >= 1800 && ms < 4500, `closed after ${ms} ms`);
+});
+
+test('a body trickled slower than --body-timeout gets 408 at the deadline', async () => {
+  const t0 = Date.now();
+  const h = await holdOpen(server.url,
+    'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{');
+  const timer = setInterval(() => h.sock.writable && h.sock.write(' '), 200);
+  const closedAt = await h.closed;
+  clearInterval(timer);
+  const r = (await import('./raw_http.mjs')).parseResponse(Buffer.from(h.data(), 'latin1'));
+  assertApiError(r, 408, 'request_body_timeout');
   const ms = closedAt - t0;
   assert.ok(ms >= 1800 && ms < 4500, `closed after ${ms} ms`);
 });
@@ -141,7 +154,9 @@ test('a client that sends half a body and vanishes frees its worker', async () =
 });
 
 test('connections past --max-connections get 503 with Retry-After; the server stays healthy', async () => {
-  const small = await startServer(STORIES, ['-c', String(N_CTX), '--max-connections', '4', '--read-timeout', '3']);
+  // The held connections must outlast the test however slow the machine: long read and header timeouts.
+  const small = await startServer(STORIES, ['-c', String(N_CTX), '--max-connections', '4', '--read-timeout', '30',
+                                            '--header-timeout', '60']);
   try {
     const held = await Promise.all(Array.from({ length: 4 }, () => holdOpen(small.url, 'GET /health HTTP/1.1\r\n')));
     await new Promise((r) => setTimeout(r, 200));

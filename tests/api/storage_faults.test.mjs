@@ -4,7 +4,8 @@
 // The request that needs the bytes gets an OpenAI error naming the tensor and
 // byte range; its KV blocks are freed; the same request after the transient
 // fault completes with the tokens of a server without faults; a stalled read
-// is cut off by --request-timeout; /health stays ok throughout.
+// is cut off by --request-timeout (non-streamed: 504; streamed: an error
+// event); /health stays ok throughout.
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -114,6 +115,31 @@ test('a read stalled past --request-timeout ends the request with 504; the serve
     const good = await complete(s);
     assert.equal(good.status, 200, good.text);
     assert.equal(good.json.choices[0].text, reference.json.choices[0].text);
+  } finally {
+    await s.stop();
+  }
+});
+
+test('a streamed request past --request-timeout ends with a request_timeout error event', async () => {
+  const s = await startServer(MODEL, [...ARGS, '--request-timeout', '1'],
+                              { env: { SPOOL_STORAGE_FAULTS: `delay=3000@${mid}-${mid + 1}#1` } });
+  try {
+    const t0 = Date.now();
+    const r = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ ...REQUEST, stream: true }),
+    });
+    assert.equal(r.status, 200);
+    const text = await r.text();
+    const ms = Date.now() - t0;
+    const events = text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6));
+    const err = events.map((e) => { try { return JSON.parse(e); } catch { return null; } }).find((e) => e?.error);
+    assert.ok(err, text);
+    assert.equal(err.error.code, 'request_timeout');
+    assert.ok(!text.includes('[DONE]'), text);
+    assert.ok(ms >= 900 && ms < 2900, `ended after ${ms} ms`);
+    await new Promise((res) => setTimeout(res, Math.max(0, t0 + 3500 - Date.now())));
+    const m = await assertQuiet(s.url, { timeoutMs: 15000 });
+    assert.equal(m.spool_requests_cancelled_total, 1);
   } finally {
     await s.stop();
   }

@@ -31,7 +31,7 @@ struct ServeOptions {
   size_t max_body = 8u << 20;
   int max_connections = 256, read_timeout = 5;
   size_t max_header_bytes = 32u << 10;
-  int max_headers = 100, header_timeout = 10;
+  int max_headers = 100, header_timeout = 10, body_timeout = 60;
   double request_timeout = 0;
   ModelFlags model_flags;  // --mem-budget and friends, as run/bench
 };
@@ -56,6 +56,7 @@ void serve(const ServeOptions& o) {
   if (o.max_connections < 1) throw Error("--max-connections must be at least 1");
   if (o.read_timeout < 1) throw Error("--read-timeout must be at least 1 second");
   if (o.header_timeout < 1) throw Error("--header-timeout must be at least 1 second");
+  if (o.body_timeout < 1) throw Error("--body-timeout must be at least 1 second");
   if (o.max_header_bytes < 256) throw Error("--max-header-bytes must be at least 256");
   if (o.max_headers < 1) throw Error("--max-headers must be at least 1");
   if (o.request_timeout < 0) throw Error("--request-timeout must not be negative");
@@ -130,6 +131,7 @@ void serve(const ServeOptions& o) {
   so.max_header_bytes = o.max_header_bytes;
   so.max_header_lines = o.max_headers;
   so.header_timeout_s = o.header_timeout;
+  so.body_timeout_s = o.body_timeout;
   so.request_timeout_s = o.request_timeout;
   const auto aliases_of = [](const Loaded& l) {
     std::vector<std::string> a{l.path};
@@ -206,6 +208,9 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--header-timeout", o->header_timeout,
                   "Seconds a request line and header may take in all (a client trickling bytes gets 408)")
+      ->capture_default_str();
+  cmd->add_option("--body-timeout", o->body_timeout,
+                  "Seconds a request body may take in all after its header (a client trickling bytes gets 408)")
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", o->max_header_bytes,
                   "Largest request line + header in bytes (larger: 431)")
