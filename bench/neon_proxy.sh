@@ -17,13 +17,15 @@
 #   (ARMv8.2-A with dotprod and fp16, no i8mm, no SVE: what both builds target),
 #   LOG_DIR (a new /tmp/neon-proxy.* directory; counts already in it are reused,
 #   so an interrupted run resumes), TOOLS="spool llama" (which tools to run).
+# Variables spool reads pass through qemu: SPOOL_NEON_TILES=v1 measures the NEON
+#   row tiles that the token tiles replaced (before/after from one build).
 # Both tools run with 1 thread. spool bench cannot skip its warm-up run, so with
 # -r 1 every test runs twice and its difference is divided by 2 x tokens;
 # llama-bench runs with --no-warmup -r 1 (once).
 set -euo pipefail
 
 if [ $# -ne 4 ]; then
-  sed -n '2,22p' "$0" >&2
+  sed -n '2,24p' "$0" >&2
   exit 2
 fi
 spool=$(realpath "$1"); llama_bench=$(realpath "$2")/llama-bench; plugin=$(realpath "$3"); model_dir=$4
