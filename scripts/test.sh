@@ -2,8 +2,8 @@
 # Installs dependencies, builds spool from scratch in build/, runs the test
 # suite on the best instruction set this CPU has, again under each lower
 # SPOOL_ISA cap (scalar; avx2 on an AVX-512 host: ~30 s each), then
-# cross-builds the kernels for ARM64 and tests them under qemu
-# (scripts/test-arm.sh). Set SPOOL_SKIP_ARM=1 to skip the ARM stage.
+# cross-builds spool for ARM64 and tests it under qemu: the kernels, then the
+# whole CLI with a test subset (scripts/test-arm.sh). SPOOL_SKIP_ARM=1 skips that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
