@@ -18,9 +18,10 @@ if [ -z "${SPOOL_ISA:-}" ] && grep -qw avx512f /proc/cpuinfo && grep -qw avx2 /p
 for cap in "${caps[@]}"; do
   echo "== test suite with SPOOL_ISA=$cap"
   # The browser tests (label ui) check the page, the install test (label
-  # install) the packaging of the C API, and the reliability tests (label
-  # reliability) the server's limits, not the kernels: once is enough.
-  (cd build && SPOOL_ISA=$cap ctest --output-on-failure -j"$(nproc)" --timeout 600 -LE "ui|install|reliability")
+  # install) the packaging of the C API, the reliability tests (label
+  # reliability) the server's limits, and the static checks (label static) the
+  # sources, not the kernels: once is enough.
+  (cd build && SPOOL_ISA=$cap ctest --output-on-failure -j"$(nproc)" --timeout 600 -LE "ui|install|reliability|static")
 done
 if [ -z "${SPOOL_SKIP_ARM:-}" ]; then
   scripts/test-arm.sh

@@ -31,7 +31,7 @@ using namespace spool::test;
 const std::string kFixtures = std::string(SPOOL_SHARED_DIR) + "/fixtures/";
 const std::string kBin = SPOOL_BIN;
 
-struct Case { const char* name; const char* path; const char* fixture; };
+using Case = FixtureCase;
 const Case kCases[] = {
     {"hf_deepseek3_tiny", "deepseek3-tiny", "deepseek3-tiny"},
     {"gguf_deepseek3_tiny", "gguf/deepseek3-tiny.f32.gguf", "deepseek3-tiny"},
@@ -43,26 +43,7 @@ class DeepseekFixture : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DeepseekFixture, BothMlaFormsMatchTransformers) {
   const Case& c = GetParam();
-  const auto ref = safetensors::open(kFixtures + c.fixture + "/reference.safetensors");
-  const std::vector<float> want = ref.read_f32("logits");
-  std::vector<float> per_form[2];
-  for (MlaForm form : {MlaForm::Absorbed, MlaForm::Plain}) {
-    LoadOptions o;
-    o.n_threads = 2;
-    o.mla_form = form;
-    auto model = load_model(kFixtures + c.path, o);
-    std::vector<float>& got = per_form[form == MlaForm::Plain];
-    got = all_logits(*model, to_i32(ref.read_i64("input_ids")));
-    const float err = rel_error(got, want);
-    const char* fname = form == MlaForm::Plain ? "plain" : "absorbed";
-    std::printf("[ %s %s ] relative error %.3g\n", c.name, fname, err);
-    EXPECT_LE(err, 1e-3f) << c.name << " " << fname;
-    RecordProperty(std::string("relative_error_") + fname, std::to_string(err));
-    EXPECT_EQ(greedy(*model, to_i32(ref.read_i64("prompt_ids")), 16), to_i32(ref.read_i64("greedy_ids")))
-        << c.name << " " << fname;
-  }
-  // The two forms are the same sums in a different order.
-  EXPECT_LE(rel_error(per_form[0], per_form[1]), 1e-5f) << c.name;
+  expect_mla_forms_match_reference(c.name, kFixtures + c.path, kFixtures + c.fixture + "/reference.safetensors");
 }
 
 TEST_P(DeepseekFixture, CliLogitsAndGreedyIds) {

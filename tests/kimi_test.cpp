@@ -27,7 +27,7 @@ using namespace spool::test;
 const std::string kFixtures = std::string(SPOOL_SHARED_DIR) + "/fixtures/";
 const std::string kBin = SPOOL_BIN;
 
-struct Case { const char* name; const char* path; const char* fixture; };
+using Case = FixtureCase;
 const Case kCases[] = {
     {"hf_kimi_linear_tiny", "kimi-linear-tiny", "kimi-linear-tiny"},
     {"gguf_kimi_k3_tiny", "gguf/kimi-k3-tiny.f32.gguf", "kimi-k3-tiny"},
@@ -37,26 +37,8 @@ class KimiFixture : public ::testing::TestWithParam<Case> {};
 
 TEST_P(KimiFixture, LogitsAndGreedyIdsMatchReferenceInBothMlaForms) {
   const Case& c = GetParam();
-  const auto ref = safetensors::open(kFixtures + c.fixture + "/reference.safetensors");
-  const std::vector<float> want = ref.read_f32("logits");
-  std::vector<float> per_form[2];
-  for (MlaForm form : {MlaForm::Absorbed, MlaForm::Plain}) {
-    LoadOptions o;
-    o.n_threads = 2;
-    o.mla_form = form;
-    auto model = load_model(kFixtures + c.path, o);
-    ASSERT_FALSE(model->config().layer_recurrent.empty());
-    std::vector<float>& got = per_form[form == MlaForm::Plain];
-    got = all_logits(*model, to_i32(ref.read_i64("input_ids")));
-    const float err = rel_error(got, want);
-    const char* fname = form == MlaForm::Plain ? "plain" : "absorbed";
-    std::printf("[ %s %s ] relative error %.3g\n", c.name, fname, err);
-    EXPECT_LE(err, 1e-3f) << c.name << " " << fname;
-    RecordProperty(std::string("relative_error_") + fname, std::to_string(err));
-    EXPECT_EQ(greedy(*model, to_i32(ref.read_i64("prompt_ids")), 16), to_i32(ref.read_i64("greedy_ids")))
-        << c.name << " " << fname;
-  }
-  EXPECT_LE(rel_error(per_form[0], per_form[1]), 1e-5f) << c.name;
+  expect_mla_forms_match_reference(c.name, kFixtures + c.path, kFixtures + c.fixture + "/reference.safetensors",
+                                   [](const Model& m) { EXPECT_FALSE(m.config().layer_recurrent.empty()); });
 }
 
 // Chunked prefill (the recurrent state carried from chunk to chunk) and one

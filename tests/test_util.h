@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -116,6 +117,44 @@ inline void expect_cli_matches_reference(const std::string& bin, const std::stri
                                      &status);
   EXPECT_EQ(status, 0) << model;
   EXPECT_EQ(ids, join(to_i32(ref.read_i64("greedy_ids"))) + "\n") << model;
+}
+
+// A fixture model: the test's name, its path under fixtures/ and the fixture
+// folder holding reference.safetensors.
+struct FixtureCase {
+  const char* name;
+  const char* path;
+  const char* fixture;
+};
+
+// An MLA model (deepseek2, kimi) in both MLA forms, absorbed and plain: its
+// logits over the reference's input_ids within 1e-3 * max|ref|, greedy
+// decoding of prompt_ids gives exactly greedy_ids, and the two forms (the same
+// sums in a different order) within 1e-5 of each other. `check`, when given,
+// runs on each loaded model first.
+inline void expect_mla_forms_match_reference(const std::string& name, const std::string& model_path,
+                                             const std::string& reference,
+                                             const std::function<void(const Model&)>& check = {}) {
+  const auto ref = safetensors::open(reference);
+  const std::vector<float> want = ref.read_f32("logits");
+  std::vector<float> per_form[2];
+  for (MlaForm form : {MlaForm::Absorbed, MlaForm::Plain}) {
+    LoadOptions o;
+    o.n_threads = 2;
+    o.mla_form = form;
+    auto model = load_model(model_path, o);
+    if (check) check(*model);
+    std::vector<float>& got = per_form[form == MlaForm::Plain];
+    got = all_logits(*model, to_i32(ref.read_i64("input_ids")));
+    const float err = rel_error(got, want);
+    const char* fname = form == MlaForm::Plain ? "plain" : "absorbed";
+    std::printf("[ %s %s ] relative error %.3g\n", name.c_str(), fname, err);
+    EXPECT_LE(err, 1e-3f) << name << " " << fname;
+    ::testing::Test::RecordProperty(std::string("relative_error_") + fname, std::to_string(err));
+    EXPECT_EQ(greedy(*model, to_i32(ref.read_i64("prompt_ids")), 16), to_i32(ref.read_i64("greedy_ids")))
+        << name << " " << fname;
+  }
+  EXPECT_LE(rel_error(per_form[0], per_form[1]), 1e-5f) << name;
 }
 
 }  // namespace spool::test

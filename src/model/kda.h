@@ -11,10 +11,10 @@
 
 #include <vector>
 
+#include "model/batch.h"
 #include "model/config.h"
 #include "model/delta_rule_chunked.h"
 #include "model/kv_cache.h"
-#include "runtime/batch.h"
 #include "weights/weight_store.h"
 
 namespace spool {

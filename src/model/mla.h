@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/batch.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "runtime/batch.h"
 #include "weights/weight_store.h"
 
 namespace spool {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "model/batch.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
-#include "runtime/batch.h"
 #include "text/tokenizer.h"
 #include "weights/weight_store.h"
 

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/batch.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
-#include "runtime/batch.h"
 
 namespace spool {
 
