@@ -302,7 +302,10 @@ void check_item_path(const PipelineSpec& spec, const Order& order, const std::st
     throw SpecError(field, "{" + p.text + "} is only for an agent of a for_each stage, and '" + agent + "' is not one");
   if (p.path.empty()) return;  // the element itself: the for_each source is checked on its own
   const Placeholder& src = fe->second.first->source;
-  const ojson shape = output_shape(*spec.agent(src.agent), order);
+  const AgentSpec* source_agent = spec.agent(src.agent);
+  if (!source_agent)  // a for_each source naming no agent (found by fuzzing: was a null dereference)
+    throw SpecError(field, "{" + p.text + "}: the for_each source names an unknown agent '" + src.agent + "'");
+  const ojson shape = output_shape(*source_agent, order);
   std::vector<PathStep> path = src.path;
   path.push_back({"", 0});  // an element
   path.insert(path.end(), p.path.begin(), p.path.end());
