@@ -248,7 +248,13 @@ void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
   std::memset(ye, 0, (size_t)n_tokens * d * sizeof(float));
   for (int e = 0; e < n_expert; ++e) {
     const int first = s.group_start[e], m = s.group_start[e + 1] - first;
-    if (m > 0) run_expert(store, pool, c, w.experts[e], first, m, xe, d, ye, s);
+    if (m == 0) continue;
+    try {
+      run_expert(store, pool, c, w.experts[e], first, m, xe, d, ye, s);
+    } catch (ReadStalled& stalled) {  // name the tokens that need this expert (the engine sets them aside)
+      for (int i = first; i < first + m; ++i) stalled.tokens.push_back(s.group_row[i] / k);
+      throw;
+    }
   }
   if (w.latent_down) {  // out = routed_up(rmsnorm(yl) * routed_norm)
     {

@@ -10,8 +10,10 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -317,7 +319,18 @@ class EngineImpl final : public Engine {
       Request& r = static_cast<Request&>(*f);
       finish(r, FinishReason::Error, RequestEvent{}, r.error);
     }
-    if (!plan.empty()) {
+    // A forward pass whose expert read outlasts read_stall_ms gives up
+    // (ReadStalled): the requests routed to that expert wait aside until the
+    // read lands and the pass runs again without them. Outputs do not depend
+    // on the batch, so they are unchanged. Not for recurrent (hybrid) models,
+    // whose state a pass given up half way would have advanced.
+    bool may_defer = opt_.read_stall_ms > 0 && !kv_->recurrent() && model_.weights().streaming();
+    while (!plan.empty()) {
+      set_aside_parked(plan);
+      if (plan.empty()) {  // everything runnable waits for a read: poll (20 ms) like an idle engine
+        idle_ = true;
+        break;
+      }
       batch_.clear();
       for (const StepChunk& c : plan)
         for (int i = 0; i < c.n; ++i)
@@ -325,8 +338,12 @@ class EngineImpl final : public Engine {
       const int n_vocab = model_.config().n_vocab;
       logits_.resize((size_t)std::max(1, batch_.n_outputs()) * n_vocab);
       std::string error;
+      model_.weights().set_read_stall_ms(may_defer ? opt_.read_stall_ms : 0);
       try {
         model_.forward(batch_, *kv_, logits_.data());
+      } catch (const ReadStalled& stalled) {
+        if (!park(plan, stalled)) may_defer = false;  // no tokens named: wait for the read
+        continue;  // the others go on now (an emptied plan: the engine polls for the read and new requests)
       } catch (const std::exception& e) {
         error = e.what();
       }
@@ -348,8 +365,33 @@ class EngineImpl final : public Engine {
         for (const StepChunk& c : plan)
           if (c.logits) advance(static_cast<Request&>(*c.req), logits_.data() + (size_t)row++ * n_vocab, now);
       }
+      break;
     }
     publish_stats();
+  }
+
+  // Drops from the plan the requests waiting aside for a stalled read; a
+  // request whose read has landed (or failed) rejoins.
+  void set_aside_parked(std::vector<StepChunk>& plan) {
+    if (parked_.empty()) return;
+    WeightStore& ws = model_.weights();
+    for (auto it = parked_.begin(); it != parked_.end();)
+      it = (requests_.count(it->first) && ws.read_pending(it->second)) ? std::next(it) : parked_.erase(it);
+    plan.erase(std::remove_if(plan.begin(), plan.end(), [&](const StepChunk& c) { return parked_.count(c.req->id) > 0; }),
+               plan.end());
+  }
+
+  // The requests owning the stalled tokens wait aside (all of the pass's, if
+  // need be: the engine then serves new requests meanwhile); false if none is named.
+  bool park(const std::vector<StepChunk>& plan, const ReadStalled& stalled) {
+    std::vector<RequestId> owner;  // batch row -> request
+    for (const StepChunk& c : plan) owner.insert(owner.end(), c.n, c.req->id);
+    std::set<RequestId> stalled_ids;
+    for (int t : stalled.tokens)
+      if (t >= 0 && t < (int)owner.size()) stalled_ids.insert(owner[t]);
+    if (stalled_ids.empty()) return false;
+    for (RequestId id : stalled_ids) parked_[id] = stalled.unit;
+    return true;
   }
 
   void publish_stats() {
@@ -419,6 +461,7 @@ class EngineImpl final : public Engine {
   Batch batch_;
   std::vector<float> logits_;
   bool idle_ = false;
+  std::map<RequestId, int> parked_;  // request -> streamed unit whose stalled read it waits for
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;

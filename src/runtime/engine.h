@@ -83,6 +83,10 @@ struct EngineOptions {
   int state_snapshots = 0;
   int snapshot_interval = 256;
   bool kv_hints = true;  // workflow-aware KV retention (SchedOptions::kv_hints); false: plain LRU
+  // Streamed MoE models: a pass waiting longer than this (ms) for an expert's
+  // read sets the requests routed to it aside until the read lands and goes on
+  // with the others (WeightStore::set_read_stall_ms); 0: every pass waits.
+  int read_stall_ms = 0;
 };
 
 struct EngineStats {

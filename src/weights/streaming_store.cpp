@@ -132,6 +132,7 @@ struct Slot {
   SlotState state = SlotState::Empty;
   int pins = 0;
   bool unused_prefetch = false;  // loaded ahead, not looked up yet
+  uint64_t loading_since = 0;    // when its read began (state Loading)
   CacheMeta meta;
 };
 
@@ -263,6 +264,15 @@ class StreamingStoreImpl final : public StreamingStore {
     enqueue(units, low_);
   }
 
+  void set_read_stall_ms(int ms) override { read_stall_ms_.store(std::max(0, ms), std::memory_order_relaxed); }
+
+  bool read_pending(int unit) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (unit < 0 || unit >= (int)units_.size()) return false;
+    const int slot = units_[unit].slot;
+    return units_[unit].queued || (slot >= 0 && slots_[slot].unit == unit && slots_[slot].state == SlotState::Loading);
+  }
+
   StoreStats stats_snapshot() const override {
     std::lock_guard<std::mutex> lock(mu_);
     std::lock_guard<std::mutex> lock2(stats_mu_);
@@ -278,7 +288,11 @@ class StreamingStoreImpl final : public StreamingStore {
     const bool first = u.pieces.front().t == &t;  // a unit's lookup is counted on its first tensor
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t tick = ++tick_;
-    cancel_read_ahead(w.unit);
+    // Under a read-stall limit an expert queued for the reading thread stays
+    // queued (waited for below, bounded); otherwise the lookup reads it itself.
+    const int stall_ms = read_stall_ms_.load(std::memory_order_relaxed);
+    const bool bounded = stall_ms > 0 && u.expert;
+    if (!(bounded && u.queued)) cancel_read_ahead(w.unit);
     last_lookup_[u.expert ? 0 : 1] = w.unit;
     uint64_t waited_from = 0;
     for (;;) {
@@ -299,9 +313,26 @@ class StreamingStoreImpl final : public StreamingStore {
         }
         ++s.pins;
         const int slot = u.slot;
-        ready_cv_.wait(lock, [&] { return slots_[slot].state != SlotState::Loading; });
+        const auto landed = [&] { return slots_[slot].state != SlotState::Loading; };
+        if (bounded) {
+          while (!landed()) {
+            if (read_stalled(u, stall_ms)) {
+              --slots_[slot].pins;
+              give_up(u, w.unit, waited_from, stall_ms);
+            }
+            ready_cv_.wait_for(lock, std::chrono::milliseconds(std::max(1, stall_ms / 8)));
+          }
+        } else {
+          ready_cv_.wait(lock, landed);
+        }
         --slots_[slot].pins;
         if (slots_[slot].state != SlotState::Ready || slots_[slot].unit != w.unit) continue;  // the read failed
+        continue;
+      }
+      if (bounded && u.queued) {  // the reading thread will take it, unless its current read is stalled:
+        if (!waited_from) waited_from = now_ns();
+        if (read_stalled(u, stall_ms)) cancel_read_ahead(w.unit);  // then this thread reads it
+        else ready_cv_.wait_for(lock, std::chrono::milliseconds(1));
         continue;
       }
       const int victim = pick_victim(u, true);
@@ -328,6 +359,24 @@ class StreamingStoreImpl final : public StreamingStore {
       ready_cv_.notify_all();
       return s.mem + w.offset;
     }
+  }
+
+  // Whether the read unit u waits for has been in flight longer than the
+  // stall limit: its own read, or, while it is queued, the reading thread's
+  // current one (a slow but moving queue is not a stall). Caller holds mu_.
+  bool read_stalled(const Unit& u, int stall_ms) const {
+    const uint64_t now = now_ns(), limit = (uint64_t)stall_ms * 1000000ull;
+    int slot = -1;
+    if (u.slot >= 0 && slots_[u.slot].state == SlotState::Loading) slot = u.slot;
+    else if (u.queued) slot = io_slot_;
+    return slot >= 0 && now - slots_[slot].loading_since > limit;
+  }
+
+  [[noreturn]] void give_up(const Unit& u, int unit, uint64_t waited_from, int stall_ms) {
+    add_wait(u.layer, now_ns() - waited_from);
+    ++stats_.read_stalls;
+    throw ReadStalled("the read of " + describe(u) + " has been in flight for over " + std::to_string(stall_ms) + " ms",
+                      unit);
   }
 
   // Compute waited `ns` for a read of `layer` (under mu_).
@@ -821,6 +870,7 @@ class StreamingStoreImpl final : public StreamingStore {
     }
     s.unit = unit;
     s.state = SlotState::Loading;
+    s.loading_since = now_ns();
     s.pins = 0;
     s.unused_prefetch = false;
     policy_->on_insert(s.meta, tick);
@@ -860,6 +910,7 @@ class StreamingStoreImpl final : public StreamingStore {
       }
       Slot& s = claim(victim, ui, ++tick_);
       s.unused_prefetch = true;
+      io_slot_ = victim;
       lock.unlock();
       bool ok = true;
       try {
@@ -869,6 +920,7 @@ class StreamingStoreImpl final : public StreamingStore {
         if (opt_.verbose) std::fprintf(stderr, "spool: debug: prefetch failed: %s\n", e.what());
       }
       lock.lock();
+      io_slot_ = -1;
       if (ok) {
         s.state = SlotState::Ready;
         ready_cv_.notify_all();
@@ -907,6 +959,8 @@ class StreamingStoreImpl final : public StreamingStore {
   int last_lookup_[2] = {-1, -1};  // unit of the latest pin() per pool (experts, tensors)
   std::atomic<bool> guess_on_{true};
   uint64_t pass_start_ns_ = 0, pass_wait_ns_ = 0;
+  std::atomic<int> read_stall_ms_{0};
+  int io_slot_ = -1;  // the slot the reading thread is filling (under mu_)
   uint64_t tick_ = 0;
   bool stop_ = false;
   StoreStats stats_;

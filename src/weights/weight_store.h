@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/matmul.h"
 #include "format/manifest.h"
 #include "weights/store_stats.h"
@@ -18,6 +19,18 @@ namespace spool {
 
 class ThreadPool;
 class WeightStore;
+
+// Thrown by a streaming store's expert lookup that waited longer than the
+// read-stall limit (WeightStore::set_read_stall_ms) for a read in flight. The
+// read goes on; `unit` names it for read_pending(). The MoE layer fills
+// `tokens` with the batch rows routed to that expert, so the engine can set
+// their requests aside until the read lands and go on with the others.
+class ReadStalled : public Error {
+ public:
+  ReadStalled(const std::string& what, int unit) : Error(what), unit(unit) {}
+  int unit;
+  std::vector<int> tokens;
+};
 
 // A pinned tensor. Move-only; releases its pin when destroyed.
 class WeightRef {
@@ -67,6 +80,12 @@ class WeightStore {
   virtual void will_use_layer(int layer) {}
   virtual bool wants_expert_guess() const { return false; }
   virtual void guess_experts(const std::vector<const TensorEntry*>& tensors) {}
+  // Read-stall limit of expert lookups, in ms (0, the default: wait as long as
+  // the read takes). Past it a lookup throws ReadStalled. Set by the engine
+  // before a forward pass; the resident store never waits for reads.
+  virtual void set_read_stall_ms(int ms) {}
+  // Whether the read of a unit named by ReadStalled is still in flight.
+  virtual bool read_pending(int unit) const { return false; }
   // Counters of a streaming store (a copy, taken under its lock); false for the resident store.
   virtual bool streaming() const { return false; }
   virtual StoreStats stats_snapshot() const { return {}; }

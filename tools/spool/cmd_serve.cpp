@@ -33,6 +33,7 @@ struct ServeOptions {
   size_t max_header_bytes = 32u << 10;
   int max_headers = 100, header_timeout = 10, body_timeout = 60;
   double request_timeout = 0;
+  int read_stall_ms = 500;
   ModelFlags model_flags;  // --mem-budget and friends, as run/bench
 };
 
@@ -60,6 +61,7 @@ void serve(const ServeOptions& o) {
   if (o.max_header_bytes < 256) throw Error("--max-header-bytes must be at least 256");
   if (o.max_headers < 1) throw Error("--max-headers must be at least 1");
   if (o.request_timeout < 0) throw Error("--request-timeout must not be negative");
+  if (o.read_stall_ms < 0) throw Error("--read-stall-ms must not be negative");
   if (o.state_snapshots < 0) throw Error("--state-snapshots must not be negative");
   if (o.snapshot_interval < 64 || o.snapshot_interval % 64 != 0)
     throw Error("--snapshot-interval must be a positive multiple of 64 (the delta rule's chunk; the KV block is 16)");
@@ -109,6 +111,7 @@ void serve(const ServeOptions& o) {
     eo.kv_hints = !o.no_kv_hints;
     eo.state_snapshots = o.state_snapshots;
     eo.snapshot_interval = o.snapshot_interval;
+    eo.read_stall_ms = o.read_stall_ms;
     if (!o.kv_pool.empty()) eo.kv_bytes = parse_size(o.kv_pool);
     l.engine = make_engine(*l.model, eo);
     const EngineStats st = l.engine->stats();
@@ -219,6 +222,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--request-timeout", o->request_timeout,
                   "Seconds a completion may take from arrival to its last token; past it the request is cancelled "
                   "and answered with a 504 error (code request_timeout) or, streamed, an error event (0: no limit)")
+      ->capture_default_str();
+  cmd->add_option("--read-stall-ms", o->read_stall_ms,
+                  "Streamed MoE models: when an expert's read has taken this long, the requests routed to that "
+                  "expert wait aside for it and the others go on; their outputs are unchanged (0: every step "
+                  "waits for every read; not for hybrid models, whose steps always wait)")
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
                "Never reuse KV blocks of earlier requests (for measuring what the prefix cache saves)");
