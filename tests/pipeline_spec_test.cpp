@@ -229,6 +229,17 @@ TEST(SpecYaml, ScalarsAndErrors) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("line "), std::string::npos) << e.what();
   }
+  // yaml-cpp passes bytes through; invalid UTF-8 in a key or a value is the spec's error, with its place
+  // (found by fuzzing: such a key in an output_schema reached nlohmann's serialiser and terminated).
+  for (const std::string bad : {std::string("a: 1\n\xC3 b: 2\n"), std::string("a:\n  b: x\xFFy\n")}) {
+    try {
+      yaml_to_json(bad);
+      FAIL() << "invalid UTF-8 accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("line 2"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("invalid UTF-8"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

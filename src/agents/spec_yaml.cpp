@@ -7,14 +7,26 @@
 #include <regex>
 #include <stdexcept>
 
+#include "text/unicode_util.h"
+
 namespace spool::agents {
 
 using json = nlohmann::ordered_json;
 
 namespace {
 
-json scalar(const YAML::Node& n) {
+// YAML text is not checked for UTF-8 by yaml-cpp; JSON strings must be (nlohmann
+// throws when it serialises them later, e.g. a schema turned into a grammar).
+const std::string& text_of(const YAML::Node& n) {
   const std::string& s = n.Scalar();
+  if (unicode::valid_utf8(s) != s)
+    throw std::invalid_argument("line " + std::to_string(n.Mark().line + 1) + ", column " +
+                                std::to_string(n.Mark().column + 1) + ": invalid UTF-8 in a string");
+  return s;
+}
+
+json scalar(const YAML::Node& n) {
+  const std::string& s = text_of(n);
   if (n.Tag() == "!") return s;  // quoted: a string whatever it looks like
   if (s == "true" || s == "True" || s == "TRUE") return true;
   if (s == "false" || s == "False" || s == "FALSE") return false;
@@ -44,7 +56,7 @@ json convert(const YAML::Node& n) {
       for (const auto& kv : n) {
         if (!kv.first.IsScalar())
           throw std::invalid_argument("line " + std::to_string(kv.first.Mark().line + 1) + ": a key must be a scalar");
-        o[kv.first.Scalar()] = convert(kv.second);
+        o[text_of(kv.first)] = convert(kv.second);
       }
       return o;
     }
