@@ -51,6 +51,9 @@ void ip_and_port(const sockaddr_storage& addr, std::string& ip, int& port) {
   ip = host;
 }
 
+// Set by a handler on the connection's worker thread: close after this response.
+thread_local bool tl_close_after_response = false;
+
 // Set on the accepting thread while ConnectionPool hands it a connection to refuse.
 thread_local bool tl_refusing = false;
 
@@ -302,6 +305,8 @@ bool GuardedHttpServer::wait_for_request(int sock) {
   return false;
 }
 
+void GuardedHttpServer::close_after_response() { tl_close_after_response = true; }
+
 bool GuardedHttpServer::process_and_close_socket(int sock) {
   if (tl_refusing) {
     refuse_later(sock);
@@ -315,7 +320,9 @@ bool GuardedHttpServer::process_and_close_socket(int sock) {
     GuardedStream strm(sock, limits_);
     strm.start_request();
     bool closed = false;
+    tl_close_after_response = false;
     ret = process_request(strm, left == 1, closed, nullptr);
+    if (tl_close_after_response) closed = true;
     if (strm.status() != 0) {
       const int status = strm.status();
       send_refusal(sock, status, refusal_body ? refusal_body(status, strm.body_timed_out()) : "{}", 0, 500);

@@ -148,6 +148,10 @@ class GuardedHttpServer : public httplib::Server {
 
   // Called by ConnectionPool on the accepting thread when every worker is busy.
   void refuse_later(int sock);
+  // From a handler: close this connection once the response is written (a
+  // request answered before its body was read, e.g. a 401, would otherwise
+  // leave that body to be parsed as the next request).
+  static void close_after_response();
 
  private:
   bool process_and_close_socket(int sock) override;

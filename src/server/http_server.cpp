@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "server/auth.h"
+#include "server/connection_guard.h"
 #include "server/openai_format.h"
 #include "server/server_context.h"
 #include "server/stats_handler.h"
@@ -186,6 +187,11 @@ void add_hooks(ServerContext& ctx) {
     const std::optional<std::string> token = bearer_token(req.get_header_value("Authorization"));
     if (token && keys_equal(*token, ctx.options.api_key)) return httplib::Server::HandlerResponse::Unhandled;
     res.set_header("WWW-Authenticate", "Bearer");
+    if (req.get_header_value<uint64_t>("Content-Length") > 0 || req.has_header("Transfer-Encoding")) {
+      // Answered before its body was read: close rather than parse that body as the next request.
+      res.set_header("Connection", "close");
+      GuardedHttpServer::close_after_response();
+    }
     write_error(res, ApiError(401,
                               token ? "invalid API key" : "missing API key: send the header 'Authorization: Bearer KEY'",
                               "authentication_error", "invalid_api_key"));

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { startServer, runSpool, assertErrorShape, STORIES } from './helpers.mjs';
+import { rawRequest } from './raw_http.mjs';
 
 const KEY = 'test-key-3f9a1c';
 let server;
@@ -65,4 +66,18 @@ test('a non-loopback address without a key is refused at start', async () => {
   const r = await runSpool(['serve', '-m', STORIES, '--host', '0.0.0.0', '--port', '0']);
   assert.equal(r.code, 1);
   assert.match(r.stderr, /without an API key/);
+});
+
+test('a 401 to a request with a body closes the connection instead of parsing the body as the next request', async () => {
+  const body = JSON.stringify({ prompt: 'hi', max_tokens: 1 });
+  const head = `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
+  const r = await rawRequest(server.url, null, { chunks: [head, body, 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n'], timeoutMs: 5000 });
+  assert.equal(r.status, 401, r.raw);
+  assert.equal(r.headers.connection, 'close', r.raw);
+  assert.equal(r.raw.match(/HTTP\/1\.1 \d{3}/g).length, 1, r.raw);  // nothing answered the body's bytes
+  assert.equal(r.error, null, String(r.error));                     // closed by the server, not by the timeout
+  // Without a body the connection stays open for the next request.
+  const k = await rawRequest(server.url, null, { chunks: ['GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n'], timeoutMs: 1500 });
+  assert.equal(k.status, 401, k.raw);
+  assert.notEqual(k.headers.connection, 'close', k.raw);
 });
