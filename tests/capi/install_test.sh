@@ -45,9 +45,13 @@ check_output() {  # NAME OUTPUT
 cflags="-std=c11 -Wall -Wextra -Werror"
 cc $cflags "$src/examples/c/generate.c" $(pkg-config --cflags --libs spool) -Wl,-rpath,"$libdir" -o "$tmp/generate"
 check_output "C example (pkg-config, shared)" "$("$tmp/generate" "$model" "$prompt" 40 2>/dev/null)"
-ldd "$tmp/generate" | grep -q "$libdir/libspool.so.1" || fail "the shared example does not load the installed libspool.so"
+# ldd's output is captured first: `ldd | grep -q` under pipefail fails at
+# random when grep exits on its match and ldd dies of SIGPIPE.
+ldd_out="$(ldd "$tmp/generate")"
+grep -qF "$libdir/libspool.so.1" <<<"$ldd_out" || fail "the shared example does not load the installed libspool.so: $(tr "\n" " " <<<"$ldd_out")"
 cc $cflags "$src/examples/c/generate.c" $(pkg-config --cflags --libs spool-static) -o "$tmp/generate_static"
-! ldd "$tmp/generate_static" | grep -q libspool || fail "the static example links libspool.so"
+ldd_out="$(ldd "$tmp/generate_static" || true)"
+! grep -q libspool <<<"$ldd_out" || fail "the static example links libspool.so"
 check_output "C example (pkg-config spool-static)" "$("$tmp/generate_static" "$model" "$prompt" 40 2>/dev/null)"
 cmake -S "$src/examples/c" -B "$tmp/cmake-example" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/cmake-example" >/dev/null
