@@ -146,13 +146,14 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   StreamingOptions so;
   so.policy = options.cache_policy;
   so.speculate = options.speculate;
+  so.storage.http_retries = options.http_retries;
   so.adapt_speculation = options.adapt_speculation;
   so.pack_resident = options.pack_streaming;
   so.verbose = options.verbose || (log && std::string(log) == "debug");
   if (mode == WeightMode::Streaming)
     parts.weights = make_streaming_store(parts.file.manifest, so);
   else if (is_url(path))  // over HTTP(S) nothing is mapped: every tensor is read into memory at load
-    parts.weights = make_loaded_store(parts.file.manifest, StorageOptions{});
+    parts.weights = make_loaded_store(parts.file.manifest, StorageOptions{.http_retries = options.http_retries});
   else
     parts.weights = make_resident_store(parts.file.manifest);
   parts.options = options;

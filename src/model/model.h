@@ -40,6 +40,7 @@ struct LoadOptions {
   int n_logits = 0;       // logits rows the caller keeps, for the scratch estimate (0: one per batch token)
   std::string cache_policy = "lru";
   bool speculate = true;  // streaming: guess the next layer's experts
+  int http_retries = 4;   // models over HTTP(S): attempts after the first for a failed range request
   bool adapt_speculation = true;  // streaming: stop guessing while reads dominate a pass
   bool pack_streaming = true;  // streaming: repack resident matmul weights (off: exactly the unpacked kernels)
   bool verbose = false;   // per-tensor load timings on stderr (also SPOOL_LOG=debug)

@@ -121,6 +121,9 @@ void append_weight_metrics(Families& f) {
         [](const ModelFigures& m) { return m.weights->io_wait_ns / 1e9; }, true);
   f.add("spool_weight_cache_evictions_total", "counter", "Weight cache evictions.",
         [](const ModelFigures& m) { return (double)m.weights->evictions; }, true);
+  f.add("spool_weight_read_retries_total", "counter",
+        "Storage requests sent again after a transient failure (HTTP 5xx/429, dropped connection, short body).",
+        [](const ModelFigures& m) { return (double)m.weights->read_retries; }, true);
   f.add("spool_weight_read_stalls_total", "counter",
         "Expert reads that outlasted --read-stall-ms: their requests were set aside while the others went on.",
         [](const ModelFigures& m) { return (double)m.weights->read_stalls; }, true);

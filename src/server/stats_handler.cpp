@@ -68,6 +68,7 @@ json weights_json(const StoreStats& w) {
   return {{"bytes_read", w.bytes_read},         {"load_bytes", w.load_bytes},
           {"read_requests", w.requests},        {"io_wait_seconds", (double)w.io_wait_ns / 1e9},
           {"evictions", w.evictions},           {"lookups", lookups},
+          {"read_retries", w.read_retries},     {"read_stalls", w.read_stalls},
           {"hits", hits},                       {"prefetch_issued", w.prefetch_issued},
           {"spec_predicted", w.spec_predicted}, {"spec_correct", w.spec_correct},
           {"weight_budget_bytes", w.budget_bytes}, {"arena_bytes", w.arena_bytes},

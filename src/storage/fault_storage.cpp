@@ -64,6 +64,7 @@ class FaultStorage final : public Storage {
   uint64_t size() const override { return inner_->size(); }
   bool direct() const override { return inner_->direct(); }
   size_t alignment() const override { return inner_->alignment(); }
+  uint64_t retries() const override { return inner_->retries(); }
 
   void read(std::span<const ReadRequest> reqs) override {
     for (const ReadRequest& r : reqs) before(r.offset, r.n);

@@ -47,7 +47,7 @@ class HttpStorage final : public Storage {
   void read_unaligned(uint64_t offset, size_t n, void* dst) override;
 
   // HTTP requests retried so far (tests, stats).
-  uint64_t retries() const { return retries_.load(); }
+  uint64_t retries() const override { return retries_.load(); }
 
   struct Context;  // a curl multi handle with its easy handles and connection cache
 

@@ -52,6 +52,9 @@ class Storage {
   virtual void read(std::span<const ReadRequest> reqs) = 0;
   // Any offset/length/buffer; small header reads. Same errors as read().
   virtual void read_unaligned(uint64_t offset, size_t n, void* dst) = 0;
+  // Requests sent again after a transient failure (HTTP: 5xx, 429, dropped
+  // connections, short bodies); 0 for backends that do not retry.
+  virtual uint64_t retries() const { return 0; }
   const StorageCounters& counters() const { return counters_; }
 
  protected:

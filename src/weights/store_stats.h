@@ -28,6 +28,7 @@ struct StoreStats {
   uint64_t verified_bytes = 0;   // bytes checked against MODEL.sums (weights/checksums.h)
   uint64_t verify_ns = 0;        // time those checks took (in the reading threads)
   uint64_t evictions = 0;
+  uint64_t read_retries = 0;     // storage requests retried after a transient failure (HTTP)
   uint64_t read_stalls = 0;      // expert lookups that gave up waiting past the read-stall limit (ReadStalled)
   uint64_t prefetch_issued = 0;  // units queued for the I/O threads
   uint64_t prefetch_dropped = 0; // queued units not read (no evictable slot, or already gone)

@@ -276,7 +276,9 @@ class StreamingStoreImpl final : public StreamingStore {
   StoreStats stats_snapshot() const override {
     std::lock_guard<std::mutex> lock(mu_);
     std::lock_guard<std::mutex> lock2(stats_mu_);
-    return stats_;
+    StoreStats s = stats_;
+    for (const auto& st : storage_) s.read_retries += st->retries();
+    return s;
   }
 
  protected:

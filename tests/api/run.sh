@@ -5,7 +5,8 @@
 # `spool serve` on an OS-chosen loopback port and stops it.
 # Usage: tests/api/run.sh SPOOL_BIN SHARED_DIR [reliability]
 # Without the third argument: every test file but the reliability ones (hostile
-# clients, cancel storm, storage faults through serve), which run with it
+# clients, cancel storm, storage faults through serve, locally and over HTTP),
+# which run with it
 # (ctest api_reliability, label reliability).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -14,7 +15,7 @@ if [ ! -f "$here/node_modules/openai/package.json" ]; then
   npm ci --prefix "$here" --no-audit --no-fund >&2
 fi
 cd "$here"
-reliability=(hostile_clients.test.mjs cancel_storm.test.mjs storage_faults.test.mjs)
+reliability=(hostile_clients.test.mjs cancel_storm.test.mjs storage_faults.test.mjs http_storage_faults.test.mjs)
 if [ "${3:-}" = reliability ]; then
   exec node --test --test-concurrency=1 "${reliability[@]}"
 fi

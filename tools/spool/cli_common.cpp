@@ -43,6 +43,11 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   cmd->add_option("--cache-policy", f.cache_policy, "Streaming: expert cache eviction policy (lru, lfu, lru2)")
       ->capture_default_str();
   cmd->add_flag("--no-speculate", f.no_speculate, "Streaming: do not prefetch the next layer's guessed experts");
+  cmd->add_option("--http-retries", f.http_retries,
+                  "Models over HTTP(S): times a failed range request (5xx, 429, dropped connection, short body) is "
+                  "sent again, with exponential backoff from 100 ms")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
   cmd->add_flag("--verbose-load", f.verbose_load, "Per-tensor load timings on stderr (also SPOOL_LOG=debug)");
   cmd->add_option("--convert", f.convert,
                   "Convert matmul weights at load into TYPE (q8_0, q4_0, f16, ...): faster, in memory, not exact");
@@ -64,6 +69,7 @@ std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, 
   opt.n_logits = n_logits;
   opt.cache_policy = f.cache_policy;
   opt.speculate = !f.no_speculate;
+  opt.http_retries = f.http_retries;
   opt.verbose = f.verbose_load;
   if (f.kv_type == "f16" || f.kv_type == "F16") opt.kv_type = DType::F16;
   else if (f.kv_type != "f32" && f.kv_type != "F32")

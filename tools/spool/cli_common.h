@@ -21,6 +21,7 @@ struct ModelFlags {
   std::string mem_budget;           // "" : auto (resident when the model fits the memory available)
   std::string cache_policy = "lru";
   bool no_speculate = false;
+  int http_retries = 4;
   bool verbose_load = false;
   std::string convert;              // --convert TYPE: matmul weights converted at load ("" = as stored)
   std::string kv_type = "f32";      // --kv-type: KV cache element type (f32, f16)
