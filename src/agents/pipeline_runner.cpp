@@ -383,6 +383,8 @@ RunnerStats PipelineRunner::stats() {
   s.steps_done = steps_done_;
   s.steps_failed = steps_failed_;
   s.retries = retries_;
+  s.requests_cancelled = requests_cancelled_;
+  s.requests_failed = requests_failed_;
   return s;
 }
 

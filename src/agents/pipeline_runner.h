@@ -56,6 +56,9 @@ struct RunnerStats {
   int64_t queued = 0, running = 0;
   std::map<std::string, int64_t> runs_by_status;  // from the store
   uint64_t steps_done = 0, steps_failed = 0, retries = 0;
+  // Engine requests of agent steps that ended cancelled (the run was
+  // cancelled, the step timed out, the server stopped) or failed in the engine.
+  uint64_t requests_cancelled = 0, requests_failed = 0;
 };
 
 // A batch of events for an SSE client.
@@ -132,6 +135,7 @@ class PipelineRunner {
   std::mutex hint_mu_;                 // orders hint_queued() calls
   std::set<Engine*> queued_hinted_;    // engines holding the queued runs' hints
   std::atomic<uint64_t> steps_done_{0}, steps_failed_{0}, retries_{0};
+  std::atomic<uint64_t> requests_cancelled_{0}, requests_failed_{0};
   friend class RunExecutor;
 };
 

@@ -546,9 +546,15 @@ RunExecutor::StepResult RunExecutor::generate(const AgentSpec& a, const AgentMod
       r.cached_tokens = ev.cached_tokens;
       r.tokens = ev.completion_tokens;
       r.reason = ev.reason;
-      if (ev.reason == FinishReason::Error) r.error = "generation failed: " + ev.error;
-      else if (ev.reason == FinishReason::Cancelled) r.error = timed_out ? "timed out after " + fmt_seconds(a.timeout_s) : "cancelled";
-      else r.ok = true;
+      if (ev.reason == FinishReason::Error) {
+        r.error = "generation failed: " + ev.error;
+        ++runner_.requests_failed_;
+      } else if (ev.reason == FinishReason::Cancelled) {
+        r.error = timed_out ? "timed out after " + fmt_seconds(a.timeout_s) : "cancelled";
+        ++runner_.requests_cancelled_;
+      } else {
+        r.ok = true;
+      }
     }
     if (finished || stop_sent) continue;
     bool stopping;

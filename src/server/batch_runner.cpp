@@ -317,7 +317,9 @@ void BatchRunner::execute(const std::string& id) {
       const InFlight& f = it->second;
       if (f.g.reason == FinishReason::Cancelled) {
         // not recorded: cancelled (or shutting down) before it finished
+        ++ctx_.outcomes.batch_cancelled;
       } else if (f.g.reason == FinishReason::Error) {
+        ++ctx_.outcomes.batch_failed;
         record(i, 500, error_json(ApiError(500, "generation failed: " + f.g.error, "server_error", "engine_error")),
                f.meta.id);
       } else {

@@ -136,7 +136,9 @@ void add_routes(ServerContext& ctx) {
       if (store.streaming()) weights[i] = store.stats_snapshot();
       figures.push_back({m.id, m.engine->stats(), store.streaming() ? &weights[i] : nullptr});
     }
-    res.set_content(render_metrics(figures, c.counters.snapshot()) + c.outcomes.render() + pipeline_metrics(c),
+    const agents::RunnerStats pipelines = c.runner ? c.runner->stats() : agents::RunnerStats{};
+    res.set_content(render_metrics(figures, c.counters.snapshot()) +
+                        c.outcomes.render(pipelines.requests_cancelled, pipelines.requests_failed) + pipeline_metrics(c),
                     "text/plain; version=0.0.4");
   }));
   http.Get("/v1/models", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {

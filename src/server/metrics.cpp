@@ -202,13 +202,19 @@ std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& 
   return render_metrics(std::vector<ModelFigures>{ModelFigures{"default", s, weights}}, http_by_status);
 }
 
-std::string RequestOutcomes::render() const {
-  return "# HELP spool_requests_cancelled_total Completion requests cancelled by the server: the client went away or "
-         "--request-timeout passed.\n# TYPE spool_requests_cancelled_total counter\nspool_requests_cancelled_total " +
-         std::to_string(cancelled.load()) +
-         "\n# HELP spool_requests_failed_total Completion requests that failed in the engine (e.g. a weight read).\n"
-         "# TYPE spool_requests_failed_total counter\nspool_requests_failed_total " +
-         std::to_string(failed.load()) + "\n";
+std::string RequestOutcomes::render(uint64_t pipeline_cancelled, uint64_t pipeline_failed) const {
+  auto family = [](const char* name, const char* help, uint64_t api, uint64_t batch, uint64_t pipeline) {
+    const std::string n = name;
+    return "# HELP " + n + " " + help + "\n# TYPE " + n + " counter\n" + n + " " + std::to_string(api + batch + pipeline) +
+           "\n" + n + "{source=\"api\"} " + std::to_string(api) + "\n" + n + "{source=\"batch\"} " +
+           std::to_string(batch) + "\n" + n + "{source=\"pipeline\"} " + std::to_string(pipeline) + "\n";
+  };
+  return family("spool_requests_cancelled_total",
+                "Engine requests ended before they finished: the client went away or --request-timeout passed (api), "
+                "the batch was cancelled (batch), the run was cancelled or the step timed out (pipeline).",
+                cancelled.load(), batch_cancelled.load(), pipeline_cancelled) +
+         family("spool_requests_failed_total", "Engine requests that failed in the engine (e.g. a weight read).",
+                failed.load(), batch_failed.load(), pipeline_failed);
 }
 
 }  // namespace spool::server

@@ -27,11 +27,17 @@ class HttpCounters {
   std::map<int, uint64_t> by_status_;
 };
 
-// Completion requests the server ended early (client gone, --request-timeout)
-// or that failed in the engine (e.g. a weight read); thread-safe.
+// Engine requests that ended early or failed in the engine (e.g. a weight
+// read), by where they came from; thread-safe. API completions are cancelled
+// when the client goes away or --request-timeout passes, a batch's requests
+// when the batch is cancelled; pipeline steps are counted by the pipeline
+// runner and passed to render().
 struct RequestOutcomes {
-  std::atomic<uint64_t> cancelled{0}, failed{0};
-  std::string render() const;  // spool_requests_cancelled_total, spool_requests_failed_total
+  std::atomic<uint64_t> cancelled{0}, failed{0};              // /v1/completions, /v1/chat/completions
+  std::atomic<uint64_t> batch_cancelled{0}, batch_failed{0};  // /v1/batches
+  // spool_requests_cancelled_total and spool_requests_failed_total: the total
+  // (unlabelled) and one series per source {source="api|batch|pipeline"}.
+  std::string render(uint64_t pipeline_cancelled = 0, uint64_t pipeline_failed = 0) const;
 };
 
 // Appends a histogram (cumulative _bucket{le=...} lines, _sum, _count).

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { toFile } from 'openai';
-import { startServer, waitFor, STORIES } from './helpers.mjs';
+import { startServer, waitFor, metric, STORIES } from './helpers.mjs';
 
 let server, client;
 before(async () => {
@@ -104,6 +104,11 @@ test('cancel stops a batch; what finished is kept', async () => {
   assert.ok(['cancelling', 'cancelled'].includes(c.status), c.status);
   const done = await until(client, b.id, ['cancelled']);
   assert.ok(done.request_counts.completed < 200, JSON.stringify(done.request_counts));
+  // The requests in flight at the cancel are counted as cancelled, under the batch source and in the total.
+  const byBatch = await metric(server.url, 'spool_requests_cancelled_total{source="batch"}');
+  assert.ok(byBatch >= 1, `batch requests cancelled: ${byBatch}`);
+  assert.ok(await metric(server.url, 'spool_requests_cancelled_total') >= byBatch);
+  assert.equal(await metric(server.url, 'spool_requests_failed_total{source="batch"}'), 0);
 });
 
 test('kill -9 in the middle of a batch, restart on the same data dir: listed, completed, finished requests kept', async () => {

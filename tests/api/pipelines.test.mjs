@@ -212,6 +212,10 @@ test('cancel stops a running run and frees its KV blocks', async () => {
   assert.equal(run.status, 'cancelled');
   assert.ok(await waitFor(async () => (await metric(server.url, 'spool_kv_blocks_used')) === 0));
   assert.ok(run.agents.some((a) => a.status === 'skipped'), JSON.stringify(run.agents));
+  // The step's engine request is counted as cancelled, under the pipeline source and in the total.
+  const byPipeline = await metric(server.url, 'spool_requests_cancelled_total{source="pipeline"}');
+  assert.ok(byPipeline >= 1, `pipeline requests cancelled: ${byPipeline}`);
+  assert.ok(await metric(server.url, 'spool_requests_cancelled_total') >= byPipeline);
 });
 
 test('context policies: fail, truncate and summarize', async () => {
