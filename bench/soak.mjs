@@ -62,6 +62,8 @@ async function serverMetrics() {
     kv_used: m.spool_kv_blocks_used, kv_cached: m.spool_kv_blocks_cached, running: m.spool_requests_running,
     waiting: m.spool_requests_waiting, finished: m.spool_requests_finished_total,
     cancelled: m.spool_requests_cancelled_total, failed: m.spool_requests_failed_total, http_5xx: http5xx,
+    heap_in_use_kb: m['spool_process_heap_bytes{state="in_use"}'] / 1024,
+    heap_free_kb: m['spool_process_heap_bytes{state="free"}'] / 1024,
   };
 }
 
@@ -87,7 +89,8 @@ async function sample(label = '') {
                 itl_p50_ms: p(itlWindow, 0.5), itl_p99_ms: p(itlWindow, 0.99), label };
   itlWindow = [];
   samples.push(row);
-  console.log(`t=${row.t_s}s rss=${(st.rss_kb / 1024).toFixed(1)}MB fds=${st.fds} threads=${st.threads} ` +
+  console.log(`t=${row.t_s}s rss=${(st.rss_kb / 1024).toFixed(1)}MB heap=${(m.heap_in_use_kb / 1024).toFixed(1)}+` +
+              `${(m.heap_free_kb / 1024).toFixed(1)}free fds=${st.fds} threads=${st.threads} ` +
               `kv=${m.kv_used} run=${m.running} wait=${m.waiting} cancelled=${m.cancelled} errors=${errors.length} ` +
               `itl_p99=${row.itl_p99_ms?.toFixed?.(1)}ms ${label}`);
   return row;
@@ -278,10 +281,11 @@ for (const [k, c] of Object.entries(criteria))
 md += `\nRequests: ${result.requests} (${Object.entries(counts).map(([k, v]) => `${k} ${v}`).join(', ')}).\n\n`;
 md += '| window from (s) | tokens gaps | ITL p50 (ms) | ITL p99 (ms) |\n|---|---|---|---|\n';
 for (const w of windows) md += `| ${w.from_s} | ${w.n} | ${fmt(w.p50_ms, 2)} | ${fmt(w.p99_ms, 2)} |\n`;
-md += '\n| t (s) | RSS (MB) | fds | threads | KV used | running | waiting | cancelled | failed | 5xx | errors | ITL p99 (ms) |\n';
-md += '|---|---|---|---|---|---|---|---|---|---|---|---|\n';
+md += '\n| t (s) | RSS (MB) | heap in use (MB) | heap free, held (MB) | fds | threads | KV used | running | waiting | cancelled | failed | 5xx | errors | ITL p99 (ms) |\n';
+md += '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n';
 for (const s of samples)
-  md += `| ${s.t_s}${s.label ? ` ${s.label}` : ''} | ${fmt(s.rss_kb / 1024)} | ${s.fds} | ${s.threads} | ${s.kv_used} | ` +
+  md += `| ${s.t_s}${s.label ? ` ${s.label}` : ''} | ${fmt(s.rss_kb / 1024)} | ${fmt(s.heap_in_use_kb / 1024)} | ` +
+        `${fmt(s.heap_free_kb / 1024)} | ${s.fds} | ${s.threads} | ${s.kv_used} | ` +
         `${s.running} | ${s.waiting} | ${s.cancelled} | ${s.failed} | ${s.http_5xx} | ${s.errors} | ${fmt(s.itl_p99_ms, 2)} |\n`;
 if (errors.length) md += `\nErrors (first 20):\n\n${errors.slice(0, 20).map((e) => `- t=${e.t_s}s ${e.kind}: ${e.message.split('\n')[0]}${e.cause ? ` (cause: ${e.cause})` : ''}`).join('\n')}\n`;
 writeFileSync(path.join(OUT, 'soak.md'), md);

@@ -138,7 +138,8 @@ void add_routes(ServerContext& ctx) {
     }
     const agents::RunnerStats pipelines = c.runner ? c.runner->stats() : agents::RunnerStats{};
     res.set_content(render_metrics(figures, c.counters.snapshot()) +
-                        c.outcomes.render(pipelines.requests_cancelled, pipelines.requests_failed) + pipeline_metrics(c),
+                        c.outcomes.render(pipelines.requests_cancelled, pipelines.requests_failed) + pipeline_metrics(c) +
+                        process_metrics(),
                     "text/plain; version=0.0.4");
   }));
   http.Get("/v1/models", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {

@@ -1,6 +1,9 @@
 // Prometheus text for /metrics; see metrics.h.
 #include "server/metrics.h"
 
+#include <malloc.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -200,6 +203,26 @@ std::string render_metrics(const std::vector<ModelFigures>& models, const std::m
 std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& http_by_status,
                            const StoreStats* weights) {
   return render_metrics(std::vector<ModelFigures>{ModelFigures{"default", s, weights}}, http_by_status);
+}
+
+std::string process_metrics() {
+  std::string out;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    unsigned long long size = 0, resident = 0;
+    if (std::fscanf(f, "%llu %llu", &size, &resident) == 2)
+      out += "# HELP spool_process_resident_memory_bytes Resident set size of the server process.\n"
+             "# TYPE spool_process_resident_memory_bytes gauge\nspool_process_resident_memory_bytes " +
+             std::to_string(resident * (unsigned long long)sysconf(_SC_PAGESIZE)) + "\n";
+    std::fclose(f);
+  }
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 mi = mallinfo2();
+  out += "# HELP spool_process_heap_bytes malloc heap over all arenas: bytes in use (small blocks and mmapped large "
+         "ones) and bytes free but held by the allocator.\n# TYPE spool_process_heap_bytes gauge\n"
+         "spool_process_heap_bytes{state=\"in_use\"} " + std::to_string(mi.uordblks + mi.hblkhd) +
+         "\nspool_process_heap_bytes{state=\"free\"} " + std::to_string(mi.fordblks) + "\n";
+#endif
+  return out;
 }
 
 std::string RequestOutcomes::render(uint64_t pipeline_cancelled, uint64_t pipeline_failed) const {

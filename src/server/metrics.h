@@ -40,6 +40,11 @@ struct RequestOutcomes {
   std::string render(uint64_t pipeline_cancelled = 0, uint64_t pipeline_failed = 0) const;
 };
 
+// This process's memory: resident set (VmRSS) and, with glibc, the malloc
+// heap's bytes in use and free-but-held (mallinfo2, all arenas), so a growing
+// RSS can be told apart as live data or fragmentation.
+std::string process_metrics();
+
 // Appends a histogram (cumulative _bucket{le=...} lines, _sum, _count).
 // `labels`: extra labels inside the braces, e.g. `model="a"` ("" for none).
 void append_histogram(std::string& out, const std::string& name, const std::string& help, const LatencyHistogram& h,
