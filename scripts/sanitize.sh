@@ -32,6 +32,8 @@ case $kind in
     cmake --build build-tsan -j"$jobs" --target spool spool_tests
     filter='Engine*:Sampler*:KvPaged*:PrefixCache*:Streaming*:StreamingScratch*:HttpStorage*:LocalStorage*'
     filter+=':Server*:Matmul*:MatmulBatchInvariance*:BatchInvariance*:MoeBatching*:RunStore*:Generation*'
+    filter+=':StorageFaults*:HttpStorageFaults*:*GdnEngine*:*HybridPrefix*:SchedulerHints*:PipelineHints*'
+    filter+=':KvPagedHints*:AgentsCli*:StateSnapshotsTest*'
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
     build-tsan/spool_tests --gtest_filter="$filter" "$@"
     ;;
