@@ -182,14 +182,7 @@ TEST(Streaming, BudgetTooSmallSaysHowMuchIsNeeded) {
   }
 }
 
-// The budget check reserves what the process already holds (process_rss() at
-// load, model.cpp); under ASan that is ~40 MiB more (shadow memory, the
-// sanitizer's allocator), so the sanitized build gives the run more.
-#ifdef SPOOL_SANITIZED
-constexpr const char* kCliBudget = "128M";
-#else
 constexpr const char* kCliBudget = "48M";
-#endif
 
 TEST(Streaming, CliMemBudgetWritesStatsJson) {
   char tmpl[] = "/tmp/spool_stream_XXXXXX";
