@@ -52,7 +52,14 @@ export function startServer(model, args = [], { timeoutMs = 30000, env = {} } = 
         url,
         modelId: m[1],
         stderr: () => stderr,
-        stop: () => stopProcess(proc),
+        stop: async () => {
+          const code = await stopProcess(proc);
+          // Sanitizer builds (ctest sets SPOOL_SANITIZED): a report at exit
+          // (LeakSanitizer, or an error on the shutdown path) fails the test.
+          if (process.env.SPOOL_SANITIZED && (code !== 0 || /Sanitizer|runtime error:/.test(stderr)))
+            throw new Error(`spool serve exited with ${code} under the sanitizers:\n${stderr.slice(-4000)}`);
+          return code;
+        },
       });
     });
   });

@@ -2,9 +2,11 @@
 // batching over a paged KV cache) and the OpenAI-compatible HTTP server
 // (src/server). Stops cleanly on SIGINT/SIGTERM.
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <malloc.h>
 #include <pthread.h>
 #include <thread>
 
@@ -34,6 +36,7 @@ struct ServeOptions {
   int max_headers = 100, header_timeout = 10, body_timeout = 60;
   double request_timeout = 0;
   int read_stall_ms = 500;
+  int heap_trim_s = 60;
   ModelFlags model_flags;  // --mem-budget and friends, as run/bench
 };
 
@@ -168,9 +171,19 @@ void serve(const ServeOptions& o) {
   runner.start();
 
   std::atomic<bool> done{false};
+  // The same thread gives the malloc heap's free pages back to the system every
+  // --heap-trim-s: a server's many threads free memory in every arena, and
+  // glibc keeps what is not at an arena's top (a slow RSS creep under load).
   std::thread signal_waiter([&] {
     const timespec tick{0, 200 * 1000 * 1000};
+    auto last_trim = std::chrono::steady_clock::now();
     while (!done) {
+#if defined(__GLIBC__)
+      if (o.heap_trim_s > 0 && std::chrono::steady_clock::now() - last_trim >= std::chrono::seconds(o.heap_trim_s)) {
+        malloc_trim(0);
+        last_trim = std::chrono::steady_clock::now();
+      }
+#endif
       if (sigtimedwait(&signals, nullptr, &tick) > 0) {
         std::fprintf(stderr, "spool: stopping\n");
         runner.shutdown();
@@ -227,6 +240,11 @@ void add_serve_command(CLI::App& app) {
                   "Streamed MoE models: when an expert's read has taken this long, the requests routed to that "
                   "expert wait aside for it and the others go on; their outputs are unchanged (0: every step "
                   "waits for every read; not for hybrid models, whose steps always wait)")
+      ->capture_default_str();
+  cmd->add_option("--heap-trim-s", o->heap_trim_s,
+                  "Every this many seconds, give the malloc heap's free pages back to the system (malloc_trim; "
+                  "0: never)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
                "Never reuse KV blocks of earlier requests (for measuring what the prefix cache saves)");
