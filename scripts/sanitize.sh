@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Sanitizer builds of spool and their test runs (docs/RELIABILITY.md):
-#   scripts/sanitize.sh asan   whole test suite (gtest + OpenAI API tests) under
-#                              AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/
-#   scripts/sanitize.sh tsan   the threaded parts (engine, scheduler, thread pool,
-#                              streaming store, HTTP storage, server) under
-#                              ThreadSanitizer, in build-tsan/
+#   scripts/sanitize.sh asan   the test suite (gtest, the C API test, the OpenAI API and web UI tests) under
+#                              AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/; leaks are
+#                              reported (at exit of every test process and every server the node tests start)
+#   scripts/sanitize.sh tsan   the threaded parts (engine, scheduler, thread pool, streaming store, local and
+#                              HTTP storage, server, agents runtime) under ThreadSanitizer, in build-tsan/
+#   scripts/sanitize.sh ci     both, as .ci/run runs them: asan without the web UI test (chromium), then tsan
 # Both use clang-14 (scripts/install-deps.sh). Extra arguments go to ctest
 # (asan) or to spool_tests (tsan), e.g. --gtest_filter=Engine.*
+# SANITIZE_CTEST_EXCLUDE: ctest labels left out of the asan run (default
+# "install": the install test loads libspool.so into python and node, which
+# would need the sanitizer runtime preloaded; capi_c covers the C API).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-}
@@ -17,28 +21,43 @@ configure() {  # build dir, sanitizers
   cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
     -DSPOOL_SANITIZE="$2" "${launcher[@]}" >/dev/null
 }
-case $kind in
-  asan)
-    configure build-asan address,undefined
-    cmake --build build-asan -j"$jobs"
-    # Leaks are reported (detect_leaks=1 is ASan's default on Linux); any report fails the test that made it.
-    export ASAN_OPTIONS=abort_on_error=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-    # Not the install test: it loads libspool.so into python and node, which
-    # would need the sanitizer runtime preloaded (capi_c covers the C API).
-    (cd build-asan && ctest --output-on-failure -j"$jobs" --timeout 1800 -LE install "$@")
-    ;;
-  tsan)
-    configure build-tsan thread
-    cmake --build build-tsan -j"$jobs" --target spool spool_tests
-    filter='Engine*:Sampler*:KvPaged*:PrefixCache*:Streaming*:StreamingScratch*:HttpStorage*:LocalStorage*'
-    filter+=':Server*:Matmul*:MatmulBatchInvariance*:BatchInvariance*:MoeBatching*:RunStore*:Generation*'
-    filter+=':StorageFaults*:HttpStorageFaults*:*GdnEngine*:*HybridPrefix*:SchedulerHints*:PipelineHints*'
-    filter+=':KvPagedHints*:AgentsCli*:StateSnapshotsTest*'
-    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+stage() { echo "sanitize: $* ($(date -u +%H:%M:%S), ${SECONDS}s in)" >&2; }
+
+run_asan() {
+  stage "asan: building build-asan/"
+  configure build-asan address,undefined
+  cmake --build build-asan -j"$jobs"
+  stage "asan: running the suite (ctest -LE '${SANITIZE_CTEST_EXCLUDE:-install}')"
+  # abort_on_error: a report kills the test that made it (its ctest entry fails).
+  export ASAN_OPTIONS=abort_on_error=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  (cd build-asan && ctest --output-on-failure -j"$jobs" --timeout 1800 -LE "${SANITIZE_CTEST_EXCLUDE:-install}" "$@")
+  unset ASAN_OPTIONS UBSAN_OPTIONS
+  stage "asan: done"
+}
+
+run_tsan() {
+  stage "tsan: building build-tsan/"
+  configure build-tsan thread
+  cmake --build build-tsan -j"$jobs" --target spool spool_tests
+  filter='Engine*:Sampler*:KvPaged*:PrefixCache*:Streaming*:StreamingScratch*:HttpStorage*:LocalStorage*'
+  filter+=':Server*:Matmul*:MatmulBatchInvariance*:BatchInvariance*:MoeBatching*:RunStore*:Generation*'
+  filter+=':StorageFaults*:HttpStorageFaults*:*GdnEngine*:*HybridPrefix*:SchedulerHints*:PipelineHints*'
+  filter+=':KvPagedHints*:AgentsCli*:StateSnapshotsTest*'
+  stage "tsan: running the threaded tests"
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
     build-tsan/spool_tests --gtest_filter="$filter" "$@"
+  stage "tsan: done"
+}
+
+case $kind in
+  asan) run_asan "$@" ;;
+  tsan) run_tsan "$@" ;;
+  ci)
+    SANITIZE_CTEST_EXCLUDE="install|ui" run_asan
+    run_tsan
     ;;
   *)
-    echo "usage: scripts/sanitize.sh asan|tsan [ctest or gtest arguments]" >&2
+    echo "usage: scripts/sanitize.sh asan|tsan|ci [ctest or gtest arguments]" >&2
     exit 2
     ;;
 esac
