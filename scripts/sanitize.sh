@@ -4,7 +4,8 @@
 #                              AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/; leaks are
 #                              reported (at exit of every test process and every server the node tests start)
 #   scripts/sanitize.sh tsan   the threaded parts (engine, scheduler, thread pool, streaming store, local and
-#                              HTTP storage, server, agents runtime) under ThreadSanitizer, in build-tsan/
+#                              HTTP storage, server, agents runtime) under ThreadSanitizer, in build-tsan/,
+#                              then every OpenAI API test against the TSan build of `spool serve`
 #   scripts/sanitize.sh ci     both, as .ci/run runs them: asan without the web UI test (chromium), then tsan
 # Both use clang-14 (scripts/install-deps.sh). Extra arguments go to ctest
 # (asan) or to spool_tests (tsan), e.g. --gtest_filter=Engine.*
@@ -43,9 +44,16 @@ run_tsan() {
   filter+=':Server*:Matmul*:MatmulBatchInvariance*:BatchInvariance*:MoeBatching*:RunStore*:Generation*'
   filter+=':StorageFaults*:HttpStorageFaults*:*GdnEngine*:*HybridPrefix*:SchedulerHints*:PipelineHints*'
   filter+=':KvPagedHints*:AgentsCli*:StateSnapshotsTest*'
+  # tests/tsan.supp: reports from inside Debian's uninstrumented cpp-httplib only (the file says why).
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}"
   stage "tsan: running the threaded tests"
-  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
-    build-tsan/spool_tests --gtest_filter="$filter" "$@"
+  build-tsan/spool_tests --gtest_filter="$filter" "$@"
+  # The real server under TSan: every OpenAI API test file (reliability ones included) against
+  # build-tsan/spool; a server that exits with a report fails its test (tests/api/spool_process.mjs).
+  stage "tsan: running the OpenAI API tests against build-tsan/spool"
+  [ -f tests/api/node_modules/openai/package.json ] || npm ci --prefix tests/api --no-audit --no-fund >&2
+  (cd tests/api && SPOOL_SANITIZED=1 SPOOL_BIN="$PWD/../../build-tsan/spool" SPOOL_SHARED_DIR="$PWD/../../../shared" \
+    node --test --test-concurrency=2 ./*.test.mjs)
   stage "tsan: done"
 }
 

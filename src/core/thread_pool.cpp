@@ -45,8 +45,8 @@ void ThreadPool::work(uint64_t job, int thread) {
   if (job_of(v) != job) return;
   // The job's parameters, read after seeing it published. A claim below
   // succeeds only while the job is still current, so these are its values.
-  const int64_t n_tasks = n_tasks_;
-  const std::function<void(int64_t, int)>* fn = fn_;
+  const int64_t n_tasks = n_tasks_.load(std::memory_order_relaxed);
+  const std::function<void(int64_t, int)>* fn = fn_.load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
   for (;;) {
     if (job_of(v) != job) return;
@@ -71,8 +71,8 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t, int)>& f
   ++job_;
   next_.store((job_ << 32) | 0xffffffffu, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  fn_ = &fn;
-  n_tasks_ = n_tasks;
+  fn_.store(&fn, std::memory_order_relaxed);
+  n_tasks_.store(n_tasks, std::memory_order_relaxed);
   n_done_.store(0, std::memory_order_relaxed);
   ++job_;
   next_.store(job_ << 32, std::memory_order_seq_cst);  // publishes fn_ and n_tasks_; seq_cst pairs with n_sleeping_

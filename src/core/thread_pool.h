@@ -40,8 +40,11 @@ class ThreadPool {
   std::atomic<uint64_t> next_{0};
   std::atomic<int64_t> n_done_{0};
   std::atomic<int> n_sleeping_{0};
-  int64_t n_tasks_ = 0;
-  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  // The current job's parameters, published by the store to next_. Atomic
+  // (relaxed) because a late worker may read them while run() writes the next
+  // job's; it then fails its claim and never uses what it read.
+  std::atomic<int64_t> n_tasks_{0};
+  std::atomic<const std::function<void(int64_t, int)>*> fn_{nullptr};
   uint64_t job_ = 0;
   std::atomic<bool> stop_{false};
 };

@@ -57,7 +57,8 @@ export function startServer(model, args = [], { timeoutMs = 30000, env = {} } = 
           // Sanitizer builds (ctest sets SPOOL_SANITIZED): a report at exit
           // (LeakSanitizer, or an error on the shutdown path) fails the test.
           if (process.env.SPOOL_SANITIZED && (code !== 0 || /Sanitizer|runtime error:/.test(stderr)))
-            throw new Error(`spool serve exited with ${code} under the sanitizers:\n${stderr.slice(-4000)}`);
+            throw new Error(`spool serve exited with ${code} under the sanitizers:\n` +
+                            stderr.slice(Math.max(0, stderr.search(/WARNING: |ERROR: |runtime error:/)), 12000));
           return code;
         },
       });
