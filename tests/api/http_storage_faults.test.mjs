@@ -17,13 +17,9 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { startServer, SHARED, assertErrorShape } from './helpers.mjs';
+import { startServer, assertErrorShape } from './helpers.mjs';
 import { assertQuiet, metrics } from './raw_http.mjs';
-import { ggufTensors } from './gguf_tensors.mjs';
-
-const MODEL = path.join(SHARED, 'fixtures/gguf/deepseek3-fp8-tiny.f32.gguf');
-const ARGS = ['-c', '256', '-b', '16', '--mem-budget', process.env.SPOOL_FAULTS_MEM_BUDGET ?? '96M', '--no-speculate'];
-const REQUEST = { prompt: [1, 200, 300, 400], max_tokens: 64, temperature: 0 };
+import { MODEL, ARGS, faultyExpert, complete, promptAvoiding } from './fault_fixture.mjs';
 
 // The range server. `fault` applies to GETs whose range overlaps
 // [fault.begin, fault.end): { kind: 'status', status, count } answers that
@@ -68,16 +64,14 @@ function answer(req, res) {
   res.end(body);
 }
 
-let expert, mid, reference, modelUrl;
+let mid, reference, modelUrl;
 before(async () => {
   server = http.createServer(answer);
   server.keepAliveTimeout = 30000;
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   url = `http://127.0.0.1:${server.address().port}`;
   modelUrl = `${url}/${path.basename(MODEL)}`;
-  const tensors = ggufTensors(MODEL).filter((t) => t.name.includes('_exps'));
-  expert = tensors[tensors.length - 1];  // the load reads only the resident set, not it
-  mid = Math.floor((expert.begin + expert.end) / 2);
+  ({ mid } = faultyExpert());
   // The reference comes from the local file: over HTTP without faults the text must be the same.
   const s = await startServer(MODEL, ARGS);
   try {
@@ -89,19 +83,6 @@ before(async () => {
 });
 
 after(() => new Promise((r) => { server.closeAllConnections(); server.close(r); }));
-
-async function complete(s, extra = {}) {
-  const r = await fetch(`${s.url}/v1/completions`, {
-    method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ ...REQUEST, ...extra }),
-  });
-  const text = await r.text();
-  let json = null;
-  try {
-    json = JSON.parse(text);
-  } catch {}
-  return { status: r.status, text, json };
-}
 
 function faultAt(f) {
   fault = { begin: mid, end: mid + 1, count: Infinity, ...f };
@@ -144,22 +125,8 @@ for (const [name, f] of [['two 503 answers', { kind: 'status', status: 503, coun
   });
 }
 
-// A prompt (found on the local file with the expert's bytes failing) whose tokens never route to that expert.
-async function promptAvoidingTheFault() {
-  const s = await startServer(MODEL, ARGS, { env: { SPOOL_STORAGE_FAULTS: `eio@${mid}-${mid + 1}#1000000` } });
-  try {
-    for (let t = 2; t < 2000; t += 7) {
-      const r = await complete(s, { prompt: [t], max_tokens: 8 });
-      if (r.status === 200) return { prompt: [t], max_tokens: 8, text: r.json.choices[0].text };
-    }
-    throw new Error('no prompt avoids the faulty expert');
-  } finally {
-    await s.stop();
-  }
-}
-
 test('a range that keeps failing fails only the requests that need it, naming tensor, bytes, URL and status', async () => {
-  const b = await promptAvoidingTheFault();
+  const b = await promptAvoiding(mid);
   const s = await startServer(modelUrl, [...ARGS, '--http-retries', '2']);
   try {
     const warm = await complete(s, { prompt: b.prompt, max_tokens: b.max_tokens });
@@ -202,7 +169,7 @@ test('a range that keeps failing fails only the requests that need it, naming te
 
 const STALL_MS = 6000;
 test('a stalled range response holds only the request that needs it', { timeout: 90000 }, async () => {
-  const b = await promptAvoidingTheFault();
+  const b = await promptAvoiding(mid);
   const s = await startServer(modelUrl, [...ARGS, '--read-stall-ms', '300']);
   try {
     const warm = await complete(s, { prompt: b.prompt, max_tokens: b.max_tokens });

@@ -8,21 +8,13 @@
 // event); /health stays ok throughout.
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
-import path from 'node:path';
-import { startServer, SHARED, assertErrorShape } from './helpers.mjs';
+import { startServer, assertErrorShape } from './helpers.mjs';
 import { assertQuiet, metrics } from './raw_http.mjs';
-import { ggufTensors } from './gguf_tensors.mjs';
+import { MODEL, ARGS, REQUEST, faultyExpert, complete, promptAvoiding } from './fault_fixture.mjs';
 
-const MODEL = path.join(SHARED, 'fixtures/gguf/deepseek3-fp8-tiny.f32.gguf');
-const ARGS = ['-c', '256', '-b', '16', '--mem-budget', process.env.SPOOL_FAULTS_MEM_BUDGET ?? '96M', '--no-speculate'];
-const REQUEST = { prompt: [1, 200, 300, 400], max_tokens: 64, temperature: 0 };
-
-let expert, mid, reference;
+let mid, reference;
 before(async () => {
-  // The last expert tensor in the file: the load reads only the resident set, not it.
-  const tensors = ggufTensors(MODEL).filter((t) => t.name.includes('_exps'));
-  expert = tensors[tensors.length - 1];
-  mid = Math.floor((expert.begin + expert.end) / 2);
+  ({ mid } = faultyExpert());
   const s = await startServer(MODEL, ARGS);
   try {
     const m = await metrics(s.url);
@@ -33,19 +25,6 @@ before(async () => {
     await s.stop();
   }
 });
-
-async function complete(s, extra = {}) {
-  const r = await fetch(`${s.url}/v1/completions`, {
-    method: 'POST', headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ ...REQUEST, ...extra }),
-  });
-  const text = await r.text();
-  let json = null;
-  try {
-    json = JSON.parse(text);
-  } catch {}
-  return { status: r.status, text, json };
-}
 
 // The error names an expert slice of an expert tensor and a byte range at the
 // fault (reads are aligned, so the slice read may end just before it).
@@ -148,28 +127,15 @@ test('a streamed request past --request-timeout ends with a request_timeout erro
 // Issue 16's must-show: a 30-second stall on reads wedges nothing that needs
 // nothing from disk. One streamed MoE model; the read of one expert slice
 // stalls (SPOOL_STORAGE_FAULTS_STALL_MS, default 30000). Request A routes to
-// that expert; request B (found below: a prompt whose tokens never route to
+// that expert; request B (fault_fixture.mjs promptAvoiding: a prompt whose tokens never route to
 // it) has its experts in the cache after one warm-up run. While A's read is
 // stalled, A waits aside (--read-stall-ms) and B is answered again and again,
 // each within a second, with the same text; A then completes with the text of
 // a server without faults.
 const STALL_MS = Number(process.env.SPOOL_STORAGE_FAULTS_STALL_MS ?? 30000);
 
-async function promptAvoidingTheFault() {
-  const s = await startServer(MODEL, ARGS, { env: { SPOOL_STORAGE_FAULTS: `eio@${mid}-${mid + 1}#1000000` } });
-  try {
-    for (let t = 2; t < 2000; t += 7) {
-      const r = await complete(s, { prompt: [t], max_tokens: 8 });
-      if (r.status === 200) return { prompt: [t], max_tokens: 8, text: r.json.choices[0].text };
-    }
-    throw new Error('no prompt avoids the faulty expert');
-  } finally {
-    await s.stop();
-  }
-}
-
 test(`a ${STALL_MS / 1000}-second read stall holds only the requests that need that read`, { timeout: STALL_MS + 90000 }, async () => {
-  const b = await promptAvoidingTheFault();
+  const b = await promptAvoiding(mid);
   const s = await startServer(MODEL, [...ARGS, '--read-stall-ms', '300'],
                               { env: { SPOOL_STORAGE_FAULTS: `delay=${STALL_MS}@${mid}-${mid + 1}#1` } });
   try {
