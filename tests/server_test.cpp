@@ -67,6 +67,14 @@ class FakeEngine : public Engine {
   Model& model() override { return *model_; }
   const EngineOptions& options() const override { return options_; }
 
+  // The last submitted request's parameters. Read under the lock: the test
+  // thread learns of the submit only through the HTTP reply, which TSan does
+  // not count as synchronisation.
+  RequestParams last() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_params;
+  }
+
   bool is_cancelled(RequestId id) {
     std::lock_guard<std::mutex> lock(mu_);
     return std::find(cancelled_ids.begin(), cancelled_ids.end(), id) != cancelled_ids.end();
@@ -222,7 +230,7 @@ TEST_F(ServerTest, CompletionNotStreamed) {
   EXPECT_EQ(j["choices"][0]["text"], script_text(5));
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   const std::vector<int32_t> prompt = engine_->model().tokenizer().encode("Hello", true, true);
-  EXPECT_EQ(engine_->last_params.prompt, prompt);
+  EXPECT_EQ(engine_->last().prompt, prompt);
   EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
   EXPECT_EQ(j["usage"]["completion_tokens"], 5);
   EXPECT_EQ(j["usage"]["total_tokens"], prompt.size() + 5);
@@ -235,7 +243,7 @@ TEST_F(ServerTest, SamplingParametersReachTheEngine) {
                                       "seed": 42, "stop": ["x", "yz"], "ignore_eos": true, "logprobs": 2})");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  const RequestParams& p = engine_->last_params;
+  const RequestParams p = engine_->last();
   EXPECT_EQ(p.prompt, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(p.max_tokens, 3);
   EXPECT_EQ(p.sampling.temperature, 0.0f);
