@@ -2,10 +2,10 @@
 #include "server/metrics.h"
 
 #include <malloc.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 namespace spool::server {
 
@@ -205,16 +205,22 @@ std::string render_metrics(const EngineStats& s, const std::map<int, uint64_t>& 
   return render_metrics(std::vector<ModelFigures>{ModelFigures{"default", s, weights}}, http_by_status);
 }
 
+std::pair<uint64_t, uint64_t> process_memory() {
+  std::ifstream in("/proc/self/status");
+  uint64_t rss = 0, peak = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("VmRSS:")) rss = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+    if (line.starts_with("VmHWM:")) peak = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return {rss, peak};
+}
+
 std::string process_metrics() {
   std::string out;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    unsigned long long size = 0, resident = 0;
-    if (std::fscanf(f, "%llu %llu", &size, &resident) == 2)
-      out += "# HELP spool_process_resident_memory_bytes Resident set size of the server process.\n"
-             "# TYPE spool_process_resident_memory_bytes gauge\nspool_process_resident_memory_bytes " +
-             std::to_string(resident * (unsigned long long)sysconf(_SC_PAGESIZE)) + "\n";
-    std::fclose(f);
-  }
+  if (const uint64_t rss = process_memory().first)
+    out += "# HELP spool_process_resident_memory_bytes Resident set size of the server process.\n"
+           "# TYPE spool_process_resident_memory_bytes gauge\nspool_process_resident_memory_bytes " +
+           std::to_string(rss) + "\n";
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
   const struct mallinfo2 mi = mallinfo2();
   out += "# HELP spool_process_heap_bytes malloc heap over all arenas: bytes in use (small blocks and mmapped large "

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -39,6 +40,9 @@ struct RequestOutcomes {
   // (unlabelled) and one series per source {source="api|batch|pipeline"}.
   std::string render(uint64_t pipeline_cancelled = 0, uint64_t pipeline_failed = 0) const;
 };
+
+// VmRSS and VmHWM of this process, bytes (0 when unknown).
+std::pair<uint64_t, uint64_t> process_memory();
 
 // This process's memory: resident set (VmRSS) and, with glibc, the malloc
 // heap's bytes in use and free-but-held (mallinfo2, all arenas), so a growing

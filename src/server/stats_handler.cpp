@@ -7,26 +7,15 @@
 #include "server/stats_handler.h"
 
 #include <chrono>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "server/metrics.h"
 #include "server/openai_format.h"
 #include "server/server_context.h"
 
 namespace spool::server {
 
 namespace {
-
-// VmRSS and VmHWM of this process, bytes (0 when unknown).
-std::pair<uint64_t, uint64_t> process_memory() {
-  std::ifstream in("/proc/self/status");
-  uint64_t rss = 0, peak = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("VmRSS:")) rss = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-    if (line.starts_with("VmHWM:")) peak = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-  }
-  return {rss, peak};
-}
 
 json histogram_json(const LatencyHistogram& h) {
   json buckets = json::array();
