@@ -40,15 +40,7 @@ mkdir -p "$DIR"
 RUN=$(mktemp -d "$DIR/serve-XXXXXX")
 cut -d' ' -f1-3 /proc/loadavg >"$RUN/load-start.txt" 2>/dev/null || true
 
-SERVER_PID=""
-stop_server() {
-  if [ -n "$SERVER_PID" ]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
-  fi
-}
-trap stop_server EXIT
+. "$REPO/bench/server_lib.sh"  # SERVER_PID, stop_server (also on exit)
 
 wait_ready() {  # /health answers 200 once the model is loaded (llama-server: 503 while loading)
   for _ in $(seq 1 600); do

@@ -35,15 +35,7 @@ RUN=$(mktemp -d "$DIR/serve-vs-bench-XXXXXX")
 pin=(); [ -n "${CPUS:-}" ] && pin=(taskset -c "$CPUS")
 cpin=(); [ -n "${CLIENT_CPUS:-}" ] && cpin=(taskset -c "$CLIENT_CPUS")
 
-SERVER_PID=""
-stop_server() {
-  if [ -n "$SERVER_PID" ]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
-  fi
-}
-trap stop_server EXIT
+. "$REPO/bench/server_lib.sh"  # SERVER_PID, stop_server (also on exit)
 
 bench() {  # round
   "${pin[@]}" "$SPOOL" bench -m "$MODEL" -t "$THREADS" -p 0 -n "$MAX_TOKENS" -r 3 --json >"$RUN/bench-$1.json" \

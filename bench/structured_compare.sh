@@ -51,15 +51,7 @@ python3 -c 'import json, sys; print(json.dumps({"json_schema": json.load(open(sy
 python3 -c 'import json, sys; print(json.dumps({"json_schema": json.load(open(sys.argv[1]))}))' \
   "$REPO/bench/schemas/enum100.json" >"$RUN/enum.json"
 
-SERVER_PID=""
-stop_server() {
-  if [ -n "$SERVER_PID" ]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=""
-  fi
-}
-trap stop_server EXIT
+. "$REPO/bench/server_lib.sh"  # SERVER_PID, stop_server (also on exit)
 
 wait_ready() {
   for _ in $(seq 1 600); do
