@@ -51,9 +51,8 @@ run_tsan() {
   # The real server under TSan: every OpenAI API test file (reliability ones included) against
   # build-tsan/spool; a server that exits with a report fails its test (tests/api/spool_process.mjs).
   stage "tsan: running the OpenAI API tests against build-tsan/spool"
-  [ -f tests/api/node_modules/openai/package.json ] || npm ci --prefix tests/api --no-audit --no-fund >&2
-  (cd tests/api && SPOOL_SANITIZED=1 SPOOL_BIN="$PWD/../../build-tsan/spool" SPOOL_SHARED_DIR="$PWD/../../../shared" \
-    node --test --test-concurrency=2 ./*.test.mjs)
+  SPOOL_SANITIZED=1 tests/api/run.sh "$PWD/build-tsan/spool" "$PWD/../shared"
+  SPOOL_SANITIZED=1 tests/api/run.sh "$PWD/build-tsan/spool" "$PWD/../shared" reliability
   stage "tsan: done"
 }
 
