@@ -28,6 +28,9 @@ run_asan() {
   stage "asan: building build-asan/"
   configure build-asan address,undefined
   cmake --build build-asan -j"$jobs"
+  # The node tests' packages, once, before ctest runs two node test entries side by side
+  # (each would otherwise run `npm ci` in the same folder at once).
+  [ -f tests/api/node_modules/openai/package.json ] || npm ci --prefix tests/api --no-audit --no-fund >&2
   stage "asan: running the suite (ctest -LE '${SANITIZE_CTEST_EXCLUDE:-install}')"
   # abort_on_error: a report kills the test that made it (its ctest entry fails).
   export ASAN_OPTIONS=abort_on_error=1:detect_stack_use_after_return=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
