@@ -5,6 +5,7 @@
 // quantization. Also matmul() with a packed copy against the unpacked path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -163,15 +164,19 @@ TEST(PackedKernels, SaturatedLevels) {
   }
 }
 
-// The AMX table's tile gemm (prefill-sized calls; see kernels_packed_amx.cpp)
-// on awkward shapes: row counts off the 16-row group, every token count from
-// 1 to 70 (full tiles, partial last tiles, the VNNI fallback below 16), real
-// row lengths. Against the scalar reference, and bit for bit against the
-// AVX-512 VNNI kernel it stands in for (batch invariance depends on it).
-void check_amx_bitwise(DType t, int64_t n_cols, int64_t n_rows, int64_t max_tokens) {
-  const PackedKernels& amx = kernels_for(Isa::Amx)->types[(uint32_t)t].packed;
+// The AMX table's tile gemm (prefill-sized calls; see kernels_packed_amx.cpp
+// and kernels_packed_kquant_amx.cpp) on awkward shapes: row counts off the
+// 16-row group, token counts around the 16-token tiles (full tiles, partial
+// last tiles, the VNNI fallback below 16), real row lengths. Against the
+// scalar reference, and bit for bit against the AVX-512 VNNI kernel it
+// stands in for (batch invariance depends on it).
+void check_amx_bitwise(const KernelTable& amx_table, DType t, int64_t n_cols, int64_t n_rows,
+                       const std::vector<int64_t>& token_counts) {
+  const PackedKernels& amx = amx_table.types[(uint32_t)t].packed;
   const PackedKernels& vnni = kernels_for(Isa::Avx512)->types[(uint32_t)t].packed;
+  ASSERT_NE(amx.gemm, vnni.gemm) << dtype_name(t) << ": no tile kernel in this table";
   ASSERT_EQ(amx.packed_bytes(n_rows, n_cols), vnni.packed_bytes(n_rows, n_cols));
+  const int64_t max_tokens = *std::max_element(token_counts.begin(), token_counts.end());
   const auto wf = random_floats(n_cols * n_rows, 5), xf = random_floats(n_cols * max_tokens, 6);
   const auto wq = quantize_rows(*kernels_for(Isa::Scalar), t, wf, n_cols);
   AlignedBytes packed(amx.packed_bytes(n_rows, n_cols));
@@ -179,7 +184,7 @@ void check_amx_bitwise(DType t, int64_t n_cols, int64_t n_rows, int64_t max_toke
   const size_t as = amx.act_bytes(n_cols);
   std::vector<uint8_t> act(as * max_tokens);
   for (int64_t j = 0; j < max_tokens; ++j) amx.quantize_act(xf.data() + j * n_cols, act.data() + j * as, n_cols);
-  for (int64_t n_tokens = 1; n_tokens <= max_tokens; ++n_tokens) {
+  for (int64_t n_tokens : token_counts) {
     const size_t ldc = n_rows + 5;
     std::vector<float> got(ldc * n_tokens, -1.0f), want(ldc * n_tokens, -1.0f);
     amx.gemm(n_cols, packed.p, n_rows, act.data(), as, n_tokens, got.data(), ldc);
@@ -189,15 +194,48 @@ void check_amx_bitwise(DType t, int64_t n_cols, int64_t n_rows, int64_t max_toke
   }
 }
 
+std::vector<int64_t> token_range(int64_t first, int64_t last) {
+  std::vector<int64_t> v;
+  for (int64_t n = first; n <= last; ++n) v.push_back(n);
+  return v;
+}
+
+const DType kAmxTypes[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K};
+
 TEST(PackedKernels, AmxTilesMatchReferenceAndVnni) {
-  if (!kernels_for(Isa::Amx)) GTEST_SKIP() << "no AMX on this machine";
-  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+  if (!kernels_for(Isa::Amx)) GTEST_SKIP() << "no AMX on this machine (AmxEmulatedTiles checks the kernels' logic)";
+  for (DType t : kAmxTypes) {
     for (int64_t n_cols : {2048, 2816}) {
-      for (int64_t n_rows : {37, 64}) check_amx_bitwise(t, n_cols, n_rows, 70);
+      for (int64_t n_rows : {37, 64}) check_amx_bitwise(*kernels_for(Isa::Amx), t, n_cols, n_rows, token_range(1, 70));
       for (int64_t n_tokens : {1, 15, 16, 17, 33, 70}) check_packed(Isa::Amx, t, n_cols, 37, n_tokens);
     }
   }
 }
+
+#if defined(SPOOL_HAVE_AMX_EMULATED)
+}  // namespace
+namespace detail::amx_emulated {
+void fill_packed_amx_kernels(KernelTable& t);
+void fill_packed_kquant_amx_kernels(KernelTable& t);
+}  // namespace detail::amx_emulated
+namespace {
+
+// The same AMX kernels built over a C++ model of the tile registers
+// (SPOOL_AMX_EMULATE, kernels_packed_amx.h), so their tiling, unpacking,
+// padding and epilogues are checked on every AVX-512 machine; fewer shapes,
+// as the model is slow.
+TEST(PackedKernels, AmxEmulatedTilesMatchVnni) {
+  if (!kernels_for(Isa::Avx512)) GTEST_SKIP() << "the tile kernels' epilogues need AVX-512";
+  KernelTable emulated = *kernels_for(Isa::Avx512);
+  detail::amx_emulated::fill_packed_amx_kernels(emulated);
+  detail::amx_emulated::fill_packed_kquant_amx_kernels(emulated);
+  for (DType t : kAmxTypes) {
+    for (int64_t n_cols : {512, 2816}) {
+      check_amx_bitwise(emulated, t, n_cols, 37, {1, 15, 16, 17, 31, 32, 33, 47});
+    }
+  }
+}
+#endif
 
 TEST(PackedKernels, MatmulPackedMatchesUnpacked) {
   for (DType t : kTypes) {

@@ -142,7 +142,7 @@ void fill_simd(Isa isa, KernelTable& t) {
   if (isa == Isa::Avx2) detail::fill_avx2_kernels(t), detail::fill_fp8_avx2_kernels(t), detail::fill_mxfp4_avx2_kernels(t);
   if (isa == Isa::Avx512 || isa == Isa::Amx)
     detail::fill_avx512_kernels(t), detail::fill_fp8_avx512_kernels(t), detail::fill_mxfp4_avx512_kernels(t);
-  if (isa == Isa::Amx) detail::fill_packed_amx_kernels(t);
+  if (isa == Isa::Amx) detail::fill_packed_amx_kernels(t), detail::fill_packed_kquant_amx_kernels(t);
 #endif
 #if defined(SPOOL_ARM64)
   if (isa == Isa::Neon) detail::fill_neon_kernels(t);

@@ -22,6 +22,7 @@ void fill_mxfp4_avx2_kernels(KernelTable& t);    // kernels_mxfp4_avx2.cpp
 void fill_mxfp4_avx512_kernels(KernelTable& t);  // kernels_mxfp4_avx512.cpp
 // On top of a complete AVX-512 table: AMX tile gemm for packed prefill.
 void fill_packed_amx_kernels(KernelTable& t);  // kernels_packed_amx.cpp
+void fill_packed_kquant_amx_kernels(KernelTable& t);  // kernels_packed_kquant_amx.cpp
 #endif
 #if defined(SPOOL_ARM64)
 void fill_neon_kernels(KernelTable& t);  // kernels_neon.cpp

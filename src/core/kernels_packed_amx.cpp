@@ -16,57 +16,22 @@
 // tile work (16 tokens x 3 vector ops per block against one tile multiply),
 // so the activation scales of a tile are gathered once per call, block-major,
 // to be broadcast straight from memory.
-#include <immintrin.h>
-
 #include <algorithm>
-
 #include <vector>
 
-#include "core/kernels_packed_avx512.h"
+#include "core/kernels_packed_amx.h"
 
 namespace spool::detail {
+SPOOL_AMX_NS_BEGIN
 namespace {
 
 using namespace packed;
-
-constexpr int kTileTokens = 16;  // activation rows per A tile (AMX maximum)
-// Calls with fewer tokens take the VNNI kernel: one token tile would leave
-// most of A empty while paying the tile set-up and the per-block C store.
-constexpr int64_t kMinTokens = 16;
+using namespace amx;
 
 // The packed legacy block: 16 fp16 scales, then 8 chunks of 16 rows x 4
 // bytes (Q4_0: 4 chunks of nibbles holding chunks m and m + 4).
 template <bool kNibbles>
 constexpr size_t kBlockBytes = 2 * kRows + (kNibbles ? 4 : 8) * 64;
-constexpr size_t kBTileBytes = 8 * 64;  // one block as B: 8 rows of 64 bytes
-
-// Palette 1: tmm0/1 C (16 tokens x 16 int32), tmm2/3 A (16 tokens x 32
-// bytes), tmm4/5 B (8 rows x 64 bytes, signed). Two of each so block b + 1's tile
-// work overlaps block b's epilogue.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
-constexpr TileConfig make_tile_config() {
-  TileConfig cfg;
-  for (int i = 0; i < 2; ++i) {
-    cfg.colsb[0 + i] = 64, cfg.rows[0 + i] = kTileTokens;
-    cfg.colsb[2 + i] = kQK, cfg.rows[2 + i] = kTileTokens;
-    cfg.colsb[4 + i] = 64, cfg.rows[4 + i] = 8;
-  }
-  return cfg;
-}
-// A constant in memory: GCC 12's _tile_loadconfig tells the compiler it
-// reads only the first 8 bytes, so a config built on the stack just before
-// it may be missing its shapes (then the tile instructions fault).
-constexpr TileConfig kTileConfig = make_tile_config();
-
-void load_tile_config() { _tile_loadconfig(&kTileConfig); }
 
 // One tile of activations: rows q + j * q_stride (int8 levels), and the
 // tokens' float scales, block-major: d[b * 16 + j] (rows past n_tokens repeat
@@ -79,16 +44,14 @@ struct ActTile {
 };
 
 // Block b's integer sums into c (16 tokens x 16 rows, row-major), on tile
-// set 0 (tmm0, 2, 4) or 1 (tmm1, 3, 5). The intrinsics paste the register
-// number into the instruction text, so it must be a literal.
-#define SPOOL_AMX_BLOCK_SUMS(kC, kA, kB)                                                  \
+// set 0 (tmm0, 2, 4) or 1 (tmm1, 3, 5).
+#define SPOOL_AMX_BLOCK_SUMS(kC, kA, kB)                                                           \
   inline void block_sums_##kC(const ActTile& at, const uint8_t* b_tile, int64_t b, int32_t* c) { \
-    _tile_loadd(kA, at.q + b * kQK, (long)at.q_stride);                                   \
-    _tile_loadd(kB, b_tile, 64);                                                          \
-    _tile_zero(kC);                                                                       \
-    _tile_dpbssd(kC, kA, kB);                                                \
-                                                             \
-    _tile_stored(kC, c, 64);                                                              \
+    SPOOL_TILE_LOADD(kA, at.q + b * kQK, (long)at.q_stride);                                     \
+    SPOOL_TILE_LOADD(kB, b_tile, 64);                                                            \
+    SPOOL_TILE_ZERO(kC);                                                                         \
+    SPOOL_TILE_DPBSSD(kC, kA, kB);                                                               \
+    SPOOL_TILE_STORED(kC, c, 64);                                                                \
   }
 SPOOL_AMX_BLOCK_SUMS(0, 2, 4)
 SPOOL_AMX_BLOCK_SUMS(1, 3, 5)
@@ -106,15 +69,6 @@ inline void block_epilogue(const ActTile& at, const uint8_t* blk, int64_t b, con
   }
 }
 
-// The next group's packed bytes, fetched into L2 while this group's tiles
-// run (its unpack would otherwise wait on memory at every group start: a
-// Q8_0 group of 2048 columns is 34 KB): `lines` cache lines from `next`,
-// `per_block` of them with each block of the first token tile.
-struct NextGroup {
-  const uint8_t* next = nullptr;
-  int64_t lines = 0, per_block = 0;
-};
-
 // A 16-row group x up to 16 tokens. wg: the packed group; bw: its blocks as
 // B tiles, b_step bytes apart.
 template <bool kNibbles>
@@ -127,9 +81,7 @@ void group_tile(int64_t nb, const uint8_t* wg, const uint8_t* bw, size_t b_step,
   auto blk = [&](int64_t b) { return wg + b * kBlockBytes<kNibbles>; };
   block_sums_0(at, bw, 0, sums[0]);
   for (int64_t b = 0; b < nb; b += 2) {
-    for (int64_t l = b * pf.per_block; l < std::min(pf.lines, (b + 2) * pf.per_block); ++l) {
-      _mm_prefetch((const char*)pf.next + 64 * l, _MM_HINT_T1);
-    }
+    pf.fetch(b, 2);
     if (b + 1 < nb) block_sums_1(at, bw + (b + 1) * b_step, b + 1, sums[1]);
     block_epilogue(at, blk(b), b, sums[0], acc);
     if (b + 1 < nb) {
@@ -206,9 +158,6 @@ void gemm_amx(int64_t n_cols, const void* w, int64_t n_rows, const void* act_v, 
                                : act_tile(act + t * as, as, n_cols, rem, pad.data(), n_cols, d));
   }
   load_tile_config();
-  // The tile-load intrinsics are asm without a memory clobber: make the
-  // compiler finish the buffer writes (pad here, unpacked below) first.
-  auto fence_writes = [] { __asm__ volatile("" ::: "memory"); };
   fence_writes();
   const auto* wg = static_cast<const uint8_t*>(w);
   const size_t group_bytes = nb * kBlockBytes<kNibbles>;
@@ -216,17 +165,13 @@ void gemm_amx(int64_t n_cols, const void* w, int64_t n_rows, const void* act_v, 
     const __mmask16 mask = row_mask(n_rows - g * kRows);
     unpack_signed<kNibbles>(nb, wg, unpacked.data());
     fence_writes();
-    NextGroup pf;
-    if (g + 1 < n_groups(n_rows)) {
-      pf.next = wg + group_bytes, pf.lines = (int64_t)((group_bytes + 63) / 64);
-      pf.per_block = (pf.lines + nb - 1) / nb;
-    }
+    const NextGroup pf = g + 1 < n_groups(n_rows) ? NextGroup(wg + group_bytes, group_bytes, nb) : NextGroup();
     for (int64_t i = 0; i < n_tiles; ++i) {
       group_tile<kNibbles>(nb, wg, unpacked.data(), kBTileBytes, tiles[i], c + i * kTileTokens * ldc + g * kRows,
                            ldc, mask, i == 0 ? pf : NextGroup{});
     }
   }
-  _tile_release();
+  SPOOL_TILE_RELEASE();
 }
 
 }  // namespace
@@ -240,4 +185,5 @@ void fill_packed_amx_kernels(KernelTable& t) {
   q4.gemm = gemm_amx<true>;
 }
 
+SPOOL_AMX_NS_END
 }  // namespace spool::detail

@@ -48,6 +48,16 @@ inline void prefetch_weights(const uint8_t* p) {
   for (int i = 0; i < kLines; ++i) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + 64 * i), _MM_HINT_T0);
 }
 
+// The packed Q4_K super-block of a 16-row group (the VNNI kernel in
+// kernels_packed_kquant_avx512.cpp; the AMX tiles read it too): d[16],
+// dmin[16] fp16; scales[8][16], mins[4][16][2] bytes; qs[4][8] zmm, lane r
+// of qs[p][m] = row r's bytes 32p+4m..+3 (low nibbles: sub-block 2p, high
+// nibbles: sub-block 2p+1, chunk m).
+struct Q4KLayout {
+  static constexpr size_t kScales = 4 * kRows, kMins = kScales + 8 * kRows, kQs = kMins + 8 * kRows;
+  static constexpr size_t kSuperBytes = kQs + 32 * 64;
+};
+
 inline __mmask16 row_mask(int64_t rows_left) {
   return rows_left >= kRows ? (__mmask16)0xFFFF : (__mmask16)((1u << rows_left) - 1);
 }

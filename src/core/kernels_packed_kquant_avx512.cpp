@@ -35,14 +35,10 @@ const BlockQ8_K* quantize_q8_k_tmp(const float* x, int64_t n) {
 #define SPOOL_UNROLL _Pragma("GCC unroll 16")
 
 // ---- Q4_K ------------------------------------------------------------------------
-// Activation row: [n int8][nb float d][nb x 8 int16 sums of 32].
-// Group super-block: d[16], dmin[16] fp16; scales[8][16], mins[4][16][2]
-// bytes; qs[4][8] zmm: lane r of qs[p][m] = row r's bytes 32p+4m..+3 (low
-// nibbles: sub-block 2p, high nibbles: sub-block 2p+1, chunk m).
-struct Q4KPacked {
+// Activation row: [n int8][nb float d][nb x 8 int16 sums of 32]. Group
+// super-block: Q4KLayout (kernels_packed_avx512.h).
+struct Q4KPacked : Q4KLayout {
   static constexpr int kTokens = 8;
-  static constexpr size_t kScales = 4 * kRows, kMins = kScales + 8 * kRows, kQs = kMins + 8 * kRows;
-  static constexpr size_t kSuperBytes = kQs + 32 * 64;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQKK) * kSuperBytes; }
   static size_t act_bytes(int64_t n) { return round_up((size_t)n + 20 * (size_t)(n / kQKK), 64); }
 
