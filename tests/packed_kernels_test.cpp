@@ -200,7 +200,7 @@ std::vector<int64_t> token_range(int64_t first, int64_t last) {
   return v;
 }
 
-const DType kAmxTypes[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K};
+const DType kAmxTypes[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K};
 
 TEST(PackedKernels, AmxTilesMatchReferenceAndVnni) {
   if (!kernels_for(Isa::Amx)) GTEST_SKIP() << "no AMX on this machine (AmxEmulatedTiles checks the kernels' logic)";

@@ -31,9 +31,10 @@ constexpr int kTileTokens = 16;  // activation rows per A tile (AMX maximum)
 constexpr int64_t kMinTokens = 16;
 constexpr size_t kBTileBytes = 8 * 64;  // B: 8 rows of 64 bytes = 32 elements x 16 weight rows
 
-// Palette 1: tmm0/1 C (16 tokens x 16 int32), tmm2/3 A (16 tokens x 32
-// bytes), tmm4/5 B (8 rows x 64 bytes, signed). Two of each so the next
-// block's tile work overlaps this block's epilogue.
+// Palette 1: tmm0/1 C (16 tokens x 16 int32), tmm2/3 A (16 tokens x k
+// bytes), tmm4/5 B (k / 4 rows x 64 bytes, signed), k = 32 elements per
+// tile multiply (16 for Q6_K's sub-blocks). Two of each so the next block's
+// tile work overlaps this block's epilogue.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -43,19 +44,20 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64);
 
-constexpr TileConfig make_tile_config() {
+constexpr TileConfig make_tile_config(int k) {
   TileConfig cfg;
   for (int i = 0; i < 2; ++i) {
     cfg.colsb[0 + i] = 64, cfg.rows[0 + i] = kTileTokens;
-    cfg.colsb[2 + i] = 32, cfg.rows[2 + i] = kTileTokens;
-    cfg.colsb[4 + i] = 64, cfg.rows[4 + i] = 8;
+    cfg.colsb[2 + i] = (uint16_t)k, cfg.rows[2 + i] = kTileTokens;
+    cfg.colsb[4 + i] = 64, cfg.rows[4 + i] = (uint8_t)(k / 4);
   }
   return cfg;
 }
-// A constant in memory: GCC 12's _tile_loadconfig tells the compiler it
+// Constants in memory: GCC 12's _tile_loadconfig tells the compiler it
 // reads only the first 8 bytes, so a config built on the stack just before
 // it may be missing its shapes (then the tile instructions fault).
-inline constexpr TileConfig kTileConfig = make_tile_config();
+inline constexpr TileConfig kTileConfig = make_tile_config(32);
+inline constexpr TileConfig kTileConfigK16 = make_tile_config(16);
 
 // The tile-load intrinsics are asm without a memory clobber: the compiler
 // must finish buffer writes (padding, unpacked weights) before them.
@@ -120,7 +122,7 @@ inline void emu_dp(int c, int a, int b) {
 #define SPOOL_TILE_RELEASE() _tile_release()
 #endif
 
-inline void load_tile_config() { SPOOL_TILE_LOADCONFIG(&kTileConfig); }
+inline void load_tile_config(const TileConfig& c = kTileConfig) { SPOOL_TILE_LOADCONFIG(&c); }
 
 // The next group's packed bytes, fetched into L2 while this group's tiles
 // run (its unpack would otherwise wait on memory at every group start: a

@@ -58,6 +58,17 @@ struct Q4KLayout {
   static constexpr size_t kSuperBytes = kQs + 32 * 64;
 };
 
+// The packed Q6_K super-block of a 16-row group (Q6KPacked in
+// kernels_packed_kquant_avx512.cpp; the AMX tiles read it too): d[16] fp16;
+// scales[16 sub-blocks][16 rows] int8; ql[32] zmm (lane r of ql[t]: low 4
+// bits of chunk t in the low nibbles, of chunk t+32 in the high ones); qh[16]
+// zmm (bits 2k..2k+1 of lane r of qh[v]: top 2 bits of chunk v+16k). Chunk c
+// = elements 4c..4c+3; sub-block s = chunks 4s..4s+3.
+struct Q6KLayout {
+  static constexpr size_t kScales = 2 * kRows, kQl = kScales + 16 * kRows, kQh = kQl + 32 * 64;
+  static constexpr size_t kSuperBytes = kQh + 16 * 64;
+};
+
 inline __mmask16 row_mask(int64_t rows_left) {
   return rows_left >= kRows ? (__mmask16)0xFFFF : (__mmask16)((1u << rows_left) - 1);
 }

@@ -147,14 +147,9 @@ struct Q4KPacked : Q4KLayout {
 
 // ---- Q6_K ------------------------------------------------------------------------
 // Activation row: [n int8][nb float d][nb x 16 int32: -32 * sum of each 16].
-// Group super-block: d[16] fp16; scales[16][16] int8; ql[32] zmm (lane r of
-// ql[t]: low 4 bits of chunk t in the low nibbles, of chunk t+32 in the high
-// ones); qh[16] zmm (bits 2k..2k+1 of lane r of qh[v]: top 2 bits of chunk
-// v+16k). Chunk c = elements 4c..4c+3; sub-block s = chunks 4s..4s+3.
-struct Q6KPacked {
+// Group super-block: Q6KLayout (kernels_packed_avx512.h).
+struct Q6KPacked : Q6KLayout {
   static constexpr int kTokens = 8;
-  static constexpr size_t kScales = 2 * kRows, kQl = kScales + 16 * kRows, kQh = kQl + 32 * 64;
-  static constexpr size_t kSuperBytes = kQh + 16 * 64;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQKK) * kSuperBytes; }
   static size_t act_bytes(int64_t n) { return round_up((size_t)n + 68 * (size_t)(n / kQKK), 64); }
 
