@@ -94,7 +94,7 @@ void bench(const Options& o, DType t, Isa isa) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Amx}) bench(o, t, isa);
   }
   return 0;
