@@ -143,7 +143,10 @@ test(`a ${STALL_MS / 1000}-second read stall holds only the requests that need t
     assert.equal(warm.status, 200, warm.text);
     assert.equal(warm.json.choices[0].text, b.text);
     const t0 = Date.now();
-    const stalled = complete(s).then((r) => ({ ...r, ms: Date.now() - t0 }));
+    // A failure of A is reported with the server's state and log (not as an
+    // unhandled rejection while B's loop runs).
+    const stalled = complete(s).then((r) => ({ ...r, ms: Date.now() - t0 }),
+                                     (error) => ({ error, ms: Date.now() - t0 }));
     await new Promise((r) => setTimeout(r, 1000));  // A's read of the expert is stalled by now
     let served = 0;
     let worst = 0;
@@ -161,6 +164,8 @@ test(`a ${STALL_MS / 1000}-second read stall holds only the requests that need t
     const m = await metrics(s.url);
     assert.ok(m.spool_weight_read_stalls_total >= 1, 'no read was counted as stalled');
     const done = await stalled;
+    assert.ok(!done.error, `the stalled request failed after ${done.ms} ms: ${done.error} (${done.error?.cause}); ` +
+              `server exit code ${s.proc.exitCode}, signal ${s.proc.signalCode}; its log ends:\n${s.stderr().slice(-4000)}`);
     assert.equal(done.status, 200, done.text);
     assert.ok(done.ms >= STALL_MS - 1000, `the stalled request finished after ${done.ms} ms, before the stall ended`);
     assert.equal(done.json.choices[0].text, reference.json.choices[0].text);
