@@ -43,19 +43,13 @@ struct ActTile {
   int n_tokens;
 };
 
-// Block b's integer sums into c (16 tokens x 16 rows, row-major), on tile
-// set 0 (tmm0, 2, 4) or 1 (tmm1, 3, 5).
-#define SPOOL_AMX_BLOCK_SUMS(kC, kA, kB)                                                           \
-  inline void block_sums_##kC(const ActTile& at, const uint8_t* b_tile, int64_t b, int32_t* c) { \
-    SPOOL_TILE_LOADD(kA, at.q + b * kQK, (long)at.q_stride);                                     \
-    SPOOL_TILE_LOADD(kB, b_tile, 64);                                                            \
-    SPOOL_TILE_ZERO(kC);                                                                         \
-    SPOOL_TILE_DPBSSD(kC, kA, kB);                                                               \
-    SPOOL_TILE_STORED(kC, c, 64);                                                                \
-  }
-SPOOL_AMX_BLOCK_SUMS(0, 2, 4)
-SPOOL_AMX_BLOCK_SUMS(1, 3, 5)
-#undef SPOOL_AMX_BLOCK_SUMS
+// Block b's integer sums into c (16 tokens x 16 rows, row-major), on tile set 0 or 1.
+inline void block_sums_0(const ActTile& at, const uint8_t* b_tile, int64_t b, int32_t* c) {
+  tile_sums_0(at.q + b * kQK, (long)at.q_stride, b_tile, c);
+}
+inline void block_sums_1(const ActTile& at, const uint8_t* b_tile, int64_t b, int32_t* c) {
+  tile_sums_1(at.q + b * kQK, (long)at.q_stride, b_tile, c);
+}
 
 // The VNNI kernel's epilogue for block b (see LegacyPacked::tile); c holds
 // the sums with the bias already in them.

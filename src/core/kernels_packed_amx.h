@@ -15,15 +15,21 @@
 
 #include "core/kernels_packed_avx512.h"
 
+// Everything here and in the kernels is in namespace amx_emulated in the
+// emulated build, so its inline functions (whose bodies differ: tile
+// instructions or the model) never merge with the real build's at link time.
 #ifdef SPOOL_AMX_EMULATE
 #define SPOOL_AMX_NS_BEGIN namespace amx_emulated {
 #define SPOOL_AMX_NS_END }
+#define SPOOL_AMX_EMU ::spool::detail::amx_emulated::amx
 #else
 #define SPOOL_AMX_NS_BEGIN
 #define SPOOL_AMX_NS_END
 #endif
 
-namespace spool::detail::amx {
+namespace spool::detail {
+SPOOL_AMX_NS_BEGIN
+namespace amx {
 
 constexpr int kTileTokens = 16;  // activation rows per A tile (AMX maximum)
 // Calls with fewer tokens take the VNNI kernel: one token tile would leave
@@ -103,12 +109,12 @@ inline void emu_dp(int c, int a, int b) {
     }
   }
 }
-#define SPOOL_TILE_LOADCONFIG(c) ::spool::detail::amx::emu_loadconfig(c)
-#define SPOOL_TILE_LOADD(t, p, s) ::spool::detail::amx::emu_loadd(t, p, s)
-#define SPOOL_TILE_STORED(t, p, s) ::spool::detail::amx::emu_stored(t, p, s)
-#define SPOOL_TILE_ZERO(t) ::spool::detail::amx::emu_zero(t)
-#define SPOOL_TILE_DPBSSD(c, a, b) ::spool::detail::amx::emu_dp<true>(c, a, b)
-#define SPOOL_TILE_DPBSUD(c, a, b) ::spool::detail::amx::emu_dp<false>(c, a, b)
+#define SPOOL_TILE_LOADCONFIG(c) SPOOL_AMX_EMU::emu_loadconfig(c)
+#define SPOOL_TILE_LOADD(t, p, s) SPOOL_AMX_EMU::emu_loadd(t, p, s)
+#define SPOOL_TILE_STORED(t, p, s) SPOOL_AMX_EMU::emu_stored(t, p, s)
+#define SPOOL_TILE_ZERO(t) SPOOL_AMX_EMU::emu_zero(t)
+#define SPOOL_TILE_DPBSSD(c, a, b) SPOOL_AMX_EMU::emu_dp<true>(c, a, b)
+#define SPOOL_TILE_DPBSUD(c, a, b) SPOOL_AMX_EMU::emu_dp<false>(c, a, b)
 #define SPOOL_TILE_RELEASE() ((void)0)
 #else
 // The intrinsics paste the register number into the instruction text, so
@@ -123,6 +129,22 @@ inline void emu_dp(int c, int a, int b) {
 #endif
 
 inline void load_tile_config(const TileConfig& c = kTileConfig) { SPOOL_TILE_LOADCONFIG(&c); }
+
+// One tile multiply: the 16 activation rows at a (a_stride apart) times the
+// B tile at b_tile into c (16 tokens x 16 rows of int32, row-major), on tile
+// set 0 (tmm0, 2, 4) or 1 (tmm1, 3, 5): two sets, so a kernel can issue the
+// next block's tiles before the epilogue of this one.
+#define SPOOL_AMX_TILE_SUMS(kC, kA, kB)                                                            \
+  inline void tile_sums_##kC(const uint8_t* a, long a_stride, const uint8_t* b_tile, int32_t* c) { \
+    SPOOL_TILE_LOADD(kA, a, a_stride);                                                             \
+    SPOOL_TILE_LOADD(kB, b_tile, 64);                                                              \
+    SPOOL_TILE_ZERO(kC);                                                                           \
+    SPOOL_TILE_DPBSSD(kC, kA, kB);                                                                 \
+    SPOOL_TILE_STORED(kC, c, 64);                                                                  \
+  }
+SPOOL_AMX_TILE_SUMS(0, 2, 4)
+SPOOL_AMX_TILE_SUMS(1, 3, 5)
+#undef SPOOL_AMX_TILE_SUMS
 
 // The next group's packed bytes, fetched into L2 while this group's tiles
 // run (its unpack would otherwise wait on memory at every group start: a
@@ -141,4 +163,6 @@ struct NextGroup {
   }
 };
 
-}  // namespace spool::detail::amx
+}  // namespace amx
+SPOOL_AMX_NS_END
+}  // namespace spool::detail

@@ -40,20 +40,6 @@ struct ActTile {
   int n_tokens;
 };
 
-// Sub-block sums into c (16 tokens x 16 rows) from the activation columns at
-// col and the B tile b_tile, on tile set 0 (tmm0, 2, 4) or 1 (tmm1, 3, 5).
-#define SPOOL_AMX_SUB_SUMS(kC, kA, kB)                                                             \
-  inline void sub_sums_##kC(const ActTile& at, const uint8_t* b_tile, int64_t col, int32_t* c) { \
-    SPOOL_TILE_LOADD(kA, at.q + col, (long)at.q_stride);                                          \
-    SPOOL_TILE_LOADD(kB, b_tile, 64);                                                             \
-    SPOOL_TILE_ZERO(kC);                                                                          \
-    SPOOL_TILE_DPBSSD(kC, kA, kB);                                                                \
-    SPOOL_TILE_STORED(kC, c, 64);                                                                 \
-  }
-SPOOL_AMX_SUB_SUMS(0, 2, 4)
-SPOOL_AMX_SUB_SUMS(1, 3, 5)
-#undef SPOOL_AMX_SUB_SUMS
-
 // The per-type parts. kSubs sub-blocks of kSubK elements per super-block;
 // unpacked, a super-block is kSubs B tiles of kSubK / 4 rows x 64 bytes,
 // then the kSubs scales as int32 zmm.
@@ -67,9 +53,21 @@ struct KQuantTiles {
 
   // Super-block b's sub-block sum tiles into c (kSubs x 256 int32).
   static void super_sums(const ActTile& at, const uint8_t* ub, int64_t b, int32_t* c) {
+    const uint8_t* a = at.q + b * kQKK;
     for (int s = 0; s < kSubs; s += 2) {
-      sub_sums_0(at, ub + s * kBTile, b * kQKK + kSubK * s, c + s * 256);
-      sub_sums_1(at, ub + (s + 1) * kBTile, b * kQKK + kSubK * (s + 1), c + (s + 1) * 256);
+      tile_sums_0(a + kSubK * s, (long)at.q_stride, ub + s * kBTile, c + s * 256);
+      tile_sums_1(a + kSubK * (s + 1), (long)at.q_stride, ub + (s + 1) * kBTile, c + (s + 1) * 256);
+    }
+  }
+
+  // The sub-block scales (kSubs x 16 rows of bytes at scales) widened to
+  // int32 zmm after the B tiles, for scaled_total's vpmulld.
+  template <bool kSigned>
+  static void widen_scales(const uint8_t* scales, uint8_t* o) {
+    #pragma GCC unroll 16
+    for (int s = 0; s < kSubs; ++s) {
+      const __m128i v = _mm_loadu_si128((const __m128i*)(scales + 16 * s));
+      _mm512_store_si512(o + kUnpackedScales + 64 * s, kSigned ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v));
     }
   }
 
@@ -97,10 +95,7 @@ struct Q4KTiles : KQuantTiles<8, 32>, Q4KLayout {
         _mm512_store_si512(o + (2 * p + 1) * kBTile + 64 * m, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
       }
     }
-    #pragma GCC unroll 8
-    for (int s = 0; s < kSubs; ++s)
-      _mm512_store_si512(o + kUnpackedScales + 64 * s,
-                         _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(blk + kScales + 16 * s))));
+    widen_scales<false>(blk + kScales, o);
   }
 
   // The VNNI kernel's epilogue for super-block b of 16 tokens.
@@ -144,10 +139,7 @@ struct Q6KTiles : KQuantTiles<16, 16>, Q6KLayout {
       const __m512i level = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
       _mm512_store_si512(o + (c / 4) * kBTile + 64 * (c % 4), _mm512_sub_epi8(level, off));
     }
-    #pragma GCC unroll 16
-    for (int s = 0; s < kSubs; ++s)
-      _mm512_store_si512(o + kUnpackedScales + 64 * s,
-                         _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(blk + kScales + 16 * s))));
+    widen_scales<true>(blk + kScales, o);
   }
 
   static void super_epilogue(const ActTile& at, const uint8_t* blk, const uint8_t* ub, int64_t b, const int32_t* c,

@@ -25,8 +25,6 @@
 // - LegacyPacked (SPOOL_NEON_TILES=v1, for comparison): tiles of up to 8
 //   tokens read the activation rows in place (each token's own address, a
 //   48-byte row entry and a lane broadcast of its bias).
-#include <array>
-#include <utility>
 #include <vector>
 
 #include "core/kernels_packed_legacy_neon.h"
@@ -123,16 +121,24 @@ struct TiledPacked : LegacyPacked<Ops> {
     }
   }
 
-  // Rows 4g .. 4g + 3 against the C tokens of one token tile at a.
-  template <int C>
-  static void tile(int64_t n, const uint8_t* wg, const uint8_t* a, float* c, size_t ldc, int n_valid) {
+  // Rows 4g .. 4g + 3 against the C tokens of one token tile at a; src: the
+  // packed group, or (kPrepared) the group's prepare_group buffer.
+  template <int C, bool kPrepared>
+  static void tile_from(int64_t n, const uint8_t* src, const uint8_t* a, float* c, size_t ldc, int n_valid) {
     float32x4_t acc[C];
     SPOOL_UNROLL for (int j = 0; j < C; ++j) acc[j] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < n / kQK; ++b) {
-      const uint8_t* blk = wg + b * Base::kBlockBytes;
-      const float32x4_t wd = Ops::scales(blk);
+      float32x4_t wd;
       int8x16_t w[8];
-      Ops::levels(blk + Ops::kScaleBytes, w);
+      if constexpr (kPrepared) {
+        const uint8_t* p = src + b * kPreparedBlock;
+        wd = vld1q_f32(reinterpret_cast<const float*>(p));
+        SPOOL_UNROLL for (int m = 0; m < 8; ++m) w[m] = vld1q_s8(reinterpret_cast<const int8_t*>(p + 16 + 16 * m));
+      } else {
+        const uint8_t* blk = src + b * Base::kBlockBytes;
+        wd = Ops::scales(blk);
+        Ops::levels(blk + Ops::kScaleBytes, w);
+      }
       SPOOL_UNROLL for (int j = 0; j < C; ++j) {
         // Separate loads at constant offsets from a (two ldp, no address
         // arithmetic; a 4-register ld1 made GCC 12 copy the start register),
@@ -150,6 +156,10 @@ struct TiledPacked : LegacyPacked<Ops> {
       a += C * kChunkBytes;
     }
     SPOOL_UNROLL for (int j = 0; j < C; ++j) store_rows(c + j * ldc, acc[j], n_valid);
+  }
+  template <int C>
+  static void tile(int64_t n, const uint8_t* wg, const uint8_t* a, float* c, size_t ldc, int n_valid) {
+    tile_from<C, false>(n, wg, a, c, ldc, n_valid);
   }
 
   // Calls with more tokens than one tile: each group's blocks are unpacked
@@ -172,59 +182,17 @@ struct TiledPacked : LegacyPacked<Ops> {
     }
   }
 
-  // tile<C> on a prepared group.
   template <int C>
   static void tile_prepared(int64_t n, const uint8_t* prepared, const uint8_t* a, float* c, size_t ldc,
                             int n_valid) {
-    float32x4_t acc[C];
-    SPOOL_UNROLL for (int j = 0; j < C; ++j) acc[j] = vdupq_n_f32(0.0f);
-    for (int64_t b = 0; b < n / kQK; ++b, prepared += kPreparedBlock) {
-      const float32x4_t wd = vld1q_f32(reinterpret_cast<const float*>(prepared));
-      const auto* q = reinterpret_cast<const int8_t*>(prepared + 16);
-      int8x16_t w[8];
-      SPOOL_UNROLL for (int m = 0; m < 8; ++m) w[m] = vld1q_s8(q + 16 * m);
-      SPOOL_UNROLL for (int j = 0; j < C; ++j) {
-        if (j > 0) a = after(a, acc[j - 1]);
-        const int8_t* e = reinterpret_cast<const int8_t*>(a + j * kChunkBytes);
-        const int8x16_t q0 = vld1q_s8(e), q1 = vld1q_s8(e + 16);
-        int32x4_t sum = vld1q_s32(reinterpret_cast<const int32_t*>(e + 32));
-        const float32x4_t d = vld1q_f32(reinterpret_cast<const float*>(e + 48));
-        sum = dot4(dot4(sum, w, q0), w + 4, q1);
-        acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(sum), vmulq_f32(wd, d));  // as tile<C>
-      }
-      a += C * kChunkBytes;
-    }
-    SPOOL_UNROLL for (int j = 0; j < C; ++j) store_rows(c + j * ldc, acc[j], n_valid);
+    tile_from<C, true>(n, prepared, a, c, ldc, n_valid);
   }
+  static size_t prepared_bytes(int64_t n) { return (size_t)(n / kQK) * kPreparedBlock; }
 
   static void gemm(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
                    float* c, size_t ldc) {
     if (n_tokens <= kTileTokens) return gemm_tiled<TiledPacked>(n_cols, w, n_rows, act, as, n_tokens, c, ldc);
-    using TileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, float*, size_t, int);
-    constexpr int kT = kPreparedTokens;
-    static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
-      return std::array<TileFn, sizeof...(I)>{&TiledPacked::template tile_prepared<I + 1>...};
-    }(std::make_integer_sequence<int, kT>());
-    const size_t token_bytes = tile_token_bytes(n_cols);
-    thread_local std::vector<uint8_t> tiles, prepared;
-    tiles.resize((size_t)n_tokens * token_bytes);
-    prepared.resize((size_t)(n_cols / kQK) * kPreparedBlock);
-    const auto* a = static_cast<const uint8_t*>(act);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
-      const int64_t nt = std::min<int64_t>(kT, n_tokens - t0);
-      for (int64_t j = 0; j < nt; ++j)
-        copy_token(a + (t0 + j) * as, n_cols, tiles.data() + t0 * token_bytes + j * kChunkBytes, nt * kChunkBytes);
-    }
-    const size_t group_bytes = Base::group_bytes(n_cols);
-    const auto* wg = static_cast<const uint8_t*>(w);
-    for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
-      const int n_valid = (int)std::min<int64_t>(kRows, n_rows - g * kRows);
-      prepare_group(n_cols, wg, prepared.data());
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
-        const int nt = (int)std::min<int64_t>(kT, n_tokens - t0);
-        kFns[nt - 1](n_cols, prepared.data(), tiles.data() + t0 * token_bytes, c + t0 * ldc + g * kRows, ldc, n_valid);
-      }
-    }
+    gemm_tiled<TiledPacked, true>(n_cols, w, n_rows, act, as, n_tokens, c, ldc);
   }
 
   static PackedKernels kernels() {

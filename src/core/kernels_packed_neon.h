@@ -104,16 +104,25 @@ void gemm_groups(int64_t n_cols, const void* w, int64_t n_rows, const void* act,
 // Kernel::tile<C>(n_cols, group, tile, c, ldc, n_valid) computes a 4-row x
 // C-token tile, C <= kTileTokens, every token through the same instructions
 // whatever C is (batch invariance, as gemm_groups).
-template <class Kernel>
+//
+// kPrepared (kernels with prepare_group / tile_prepared, for calls with more
+// tokens than one tile): each group is first unpacked once into a per-thread
+// buffer (Kernel::prepare_group, Kernel::prepared_bytes) and the tiles, of up
+// to Kernel::kPreparedTokens tokens, read it instead of the packed group.
+template <class Kernel, bool kPrepared = false>
 void gemm_tiled(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
                 float* c, size_t ldc) {
   using TileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, float*, size_t, int);
-  constexpr int kT = Kernel::kTileTokens;
+  constexpr int kT = [] {
+    if constexpr (kPrepared) return Kernel::kPreparedTokens;
+    else return Kernel::kTileTokens;
+  }();
   static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
-    return std::array<TileFn, sizeof...(I)>{&Kernel::template tile<I + 1>...};
+    if constexpr (kPrepared) return std::array<TileFn, sizeof...(I)>{&Kernel::template tile_prepared<I + 1>...};
+    else return std::array<TileFn, sizeof...(I)>{&Kernel::template tile<I + 1>...};
   }(std::make_integer_sequence<int, kT>());
   const size_t token_bytes = Kernel::tile_token_bytes(n_cols);  // one token's chunks
-  thread_local std::vector<uint8_t> tiles;
+  thread_local std::vector<uint8_t> tiles, prepared;
   tiles.resize((size_t)n_tokens * token_bytes);
   const auto* a = static_cast<const uint8_t*>(act);
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
@@ -122,13 +131,16 @@ void gemm_tiled(int64_t n_cols, const void* w, int64_t n_rows, const void* act, 
       Kernel::copy_token(a + (t0 + j) * as, n_cols, tiles.data() + t0 * token_bytes + j * Kernel::kChunkBytes,
                          nt * Kernel::kChunkBytes);
   }
+  if constexpr (kPrepared) prepared.resize(Kernel::prepared_bytes(n_cols));
   const size_t group_bytes = Kernel::group_bytes(n_cols);
   const auto* wg = static_cast<const uint8_t*>(w);
   for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
     const int n_valid = (int)std::min<int64_t>(kRows, n_rows - g * kRows);
+    const uint8_t* src = wg;
+    if constexpr (kPrepared) Kernel::prepare_group(n_cols, wg, prepared.data()), src = prepared.data();
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kT) {
       const int nt = (int)std::min<int64_t>(kT, n_tokens - t0);
-      kFns[nt - 1](n_cols, wg, tiles.data() + t0 * token_bytes, c + t0 * ldc + g * kRows, ldc, n_valid);
+      kFns[nt - 1](n_cols, src, tiles.data() + t0 * token_bytes, c + t0 * ldc + g * kRows, ldc, n_valid);
     }
   }
 }
