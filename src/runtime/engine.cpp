@@ -193,6 +193,11 @@ class EngineImpl final : public Engine {
     if (p.top_logprobs < -1 || p.top_logprobs > 20) throw InvalidRequest("top_logprobs must be between 0 and 20");
     if (!(p.sampling.temperature >= 0)) throw InvalidRequest("temperature must not be negative");
     if (!(p.sampling.top_p > 0)) throw InvalidRequest("top_p must be positive");
+    for (const auto& [id, bias] : p.sampling.logit_bias)
+      if (id < 0 || id >= n_vocab || !std::isfinite(bias))
+        throw InvalidRequest("logit_bias entry for token " + std::to_string(id) +
+                             " is invalid (ids must be in the vocabulary of " + std::to_string(n_vocab) +
+                             " tokens, biases finite)");
   }
 
   // Moves submissions into the scheduler and handles cancellations; waits when idle.
@@ -272,7 +277,9 @@ class EngineImpl final : public Engine {
     const int32_t next = r.sampler.sample(logits, mask ? mask->data() : nullptr);
     if (next < 0) {
       finish(r, FinishReason::Error, std::move(ev),
-             "the grammar allows no token of this vocabulary here (it needs text the tokenizer cannot produce)");
+             r.grammar ? "the grammar allows no token of this vocabulary here (it needs text the tokenizer cannot "
+                         "produce, or logit_bias bans the tokens it allows)"
+                       : "logit_bias bans every token of the vocabulary");
       return;
     }
     if (r.grammar) r.grammar->accept(next);

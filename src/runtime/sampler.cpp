@@ -9,6 +9,7 @@
 namespace spool {
 
 Sampler::Sampler(const SamplingParams& params, int n_vocab) : params_(params), n_vocab_(n_vocab) {
+  for (const auto& [id, bias] : params_.logit_bias) has_bans_ |= id >= 0 && id < n_vocab_ && bias <= kBanBias;
   reset();
 }
 
@@ -37,15 +38,28 @@ void Sampler::apply_penalties(std::vector<Candidate>& c) const {
   }
 }
 
+// After the penalties, so that a ban stays -inf (a repeat penalty of 0 would
+// turn -inf into NaN) and +100 wins whatever the penalties did.
+void Sampler::apply_logit_bias(std::vector<Candidate>& c) const {
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id < 0 || id >= n_vocab_) continue;
+    float& l = c[id].logit;  // candidates are still in id order here
+    l = bias <= kBanBias ? -INFINITY : l + bias;
+  }
+}
+
 int32_t Sampler::sample(const float* logits, const uint32_t* allowed) {
   std::vector<Candidate>& c = cand_;
   c.resize(n_vocab_);
   for (int i = 0; i < n_vocab_; ++i) c[i] = {i, logits[i], 0.0f};
   apply_penalties(c);
-  if (allowed) {  // after the penalties, which index candidates by id
+  apply_logit_bias(c);
+  if (allowed || has_bans_) {  // after the penalties and bias, which index candidates by id
     size_t n = 0;
-    for (int i = 0; i < n_vocab_; ++i)
-      if ((allowed[i >> 5] >> (i & 31)) & 1) c[n++] = c[i];
+    for (int i = 0; i < n_vocab_; ++i) {
+      const bool ok = (!allowed || ((allowed[i >> 5] >> (i & 31)) & 1)) && !(has_bans_ && c[i].logit == -INFINITY);
+      if (ok) c[n++] = c[i];
+    }
     c.resize(n);
     if (n == 0) return -1;
   }

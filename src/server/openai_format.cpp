@@ -91,6 +91,32 @@ json logprobs_json(Endpoint e, const std::vector<int32_t>& tokens, const std::ve
   return json{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+namespace {
+
+// A chat answer that is tool calls (it started as one does): its complete
+// calls in message.tool_calls (legacy requests: the one call in
+// message.function_call), a call cut short dropped, so call syntax never
+// reaches content; "length" stays the finish reason when max_tokens cut it.
+void put_tool_calls(const ResponseMeta& m, const Generation& g, json& choice) {
+  const ParsedToolCalls parsed = parse_leading_tool_calls(g.text, m.tool_style);
+  json& message = choice["message"];
+  message["content"] = parsed.calls.empty() ? json("") : json(nullptr);
+  const bool legacy = m.tool_style.legacy_function_call;
+  if (legacy && !parsed.calls.empty()) {
+    const ToolCall& c = parsed.calls[0];
+    message["function_call"] = {{"name", c.name}, {"arguments", c.arguments}};
+  } else if (!parsed.calls.empty()) {
+    json list = json::array();
+    for (const ToolCall& c : parsed.calls)
+      list.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    message["tool_calls"] = list;
+  }
+  if (g.reason == FinishReason::Length) choice["finish_reason"] = "length";
+  else if (!parsed.calls.empty()) choice["finish_reason"] = legacy ? "function_call" : "tool_calls";
+}
+
+}  // namespace
+
 json completion_response(const ResponseMeta& m, const Generation& g, const TokenText& text) {
   const bool chat = m.endpoint == Endpoint::ChatCompletions;
   json out = base_object(m, chat ? "chat.completion" : "text_completion");
@@ -98,16 +124,7 @@ json completion_response(const ResponseMeta& m, const Generation& g, const Token
   json choice = {{"index", 0}, {"logprobs", lp}, {"finish_reason", openai_finish_reason(g.reason)}};
   if (chat) choice["message"] = {{"role", "assistant"}, {"content", g.text}, {"refusal", nullptr}};
   else choice["text"] = g.text;
-  if (chat && m.tools && g.reason != FinishReason::Length) {
-    if (auto calls = parse_tool_calls(g.text, m.tool_style)) {
-      json list = json::array();
-      for (const ToolCall& c : *calls)
-        list.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-      choice["message"]["content"] = nullptr;
-      choice["message"]["tool_calls"] = list;
-      choice["finish_reason"] = "tool_calls";
-    }
-  }
+  if (chat && m.tools && starts_as_tool_call(g.text, m.tool_style)) put_tool_calls(m, g, choice);
   out["choices"] = json::array({choice});
   out["usage"] = usage_json(g.prompt_tokens, g.cached_tokens, g.completion_tokens);
   return out;
@@ -146,6 +163,15 @@ std::vector<json> event_chunks(const ResponseMeta& m, const RequestEvent& ev, co
 }
 
 json tool_call_chunk(const ResponseMeta& m, const ToolCallDelta& d, bool include_usage) {
+  json out = base_object(m, "chat.completion.chunk");
+  if (m.tool_style.legacy_function_call) {  // one call: delta.function_call, its name first
+    json fc = {{"arguments", d.arguments}};
+    if (!d.id.empty()) fc["name"] = d.name;
+    out["choices"] = json::array(
+        {{{"index", 0}, {"delta", {{"function_call", fc}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+    if (include_usage) out["usage"] = nullptr;
+    return out;
+  }
   json call = {{"index", d.index}};
   if (!d.id.empty()) {
     call["id"] = d.id;
@@ -154,7 +180,6 @@ json tool_call_chunk(const ResponseMeta& m, const ToolCallDelta& d, bool include
   } else {
     call["function"] = {{"arguments", d.arguments}};
   }
-  json out = base_object(m, "chat.completion.chunk");
   out["choices"] = json::array(
       {{{"index", 0}, {"delta", {{"tool_calls", json::array({call})}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   if (include_usage) out["usage"] = nullptr;
@@ -162,6 +187,7 @@ json tool_call_chunk(const ResponseMeta& m, const ToolCallDelta& d, bool include
 }
 
 json finish_chunk(const ResponseMeta& m, const char* reason, bool include_usage) {
+  if (m.tool_style.legacy_function_call && std::string(reason) == "tool_calls") reason = "function_call";
   json out = base_object(m, "chat.completion.chunk");
   out["choices"] = json::array({{{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}}});
   if (include_usage) out["usage"] = nullptr;
@@ -180,7 +206,16 @@ std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error
 std::string sse_data(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
 
 json error_json(const ApiError& e) {
-  return json{{"error", {{"message", e.what()}, {"type", e.type}, {"code", nullable(e.code)}, {"param", nullable(e.param)}}}};
+  // A message may quote what the client sent (a value, a parser's context):
+  // never more than a few KB of it goes back.
+  constexpr size_t kMaxMessage = 4096;
+  std::string message = e.what();
+  if (message.size() > kMaxMessage) {
+    size_t cut = kMaxMessage;
+    while (cut > 0 && ((unsigned char)message[cut] & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+    message = message.substr(0, cut) + "... (" + std::to_string(message.size() - cut) + " more bytes)";
+  }
+  return json{{"error", {{"message", message}, {"type", e.type}, {"code", nullable(e.code)}, {"param", nullable(e.param)}}}};
 }
 
 }  // namespace spool::server

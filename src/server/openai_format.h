@@ -52,7 +52,9 @@ json usage_json(int prompt_tokens, int cached_tokens, int completion_tokens);
 json logprobs_json(Endpoint e, const std::vector<int32_t>& tokens, const std::vector<TokenLogprob>& chosen,
                    const std::vector<std::vector<TokenLogprob>>& top, const TokenText& text, size_t text_offset);
 
-// Non-streamed response bodies.
+// Non-streamed response bodies. With tools, an answer that starts as a call
+// does is calls only: complete ones in message.tool_calls, one cut by
+// max_tokens dropped (finish_reason "length"), never call syntax in content.
 json completion_response(const ResponseMeta& m, const Generation& g, const TokenText& text);
 
 // Streaming: one chunk per event (possibly none, possibly two: content then
@@ -62,9 +64,11 @@ std::vector<json> event_chunks(const ResponseMeta& m, const RequestEvent& ev, co
                                size_t text_offset, bool include_usage);
 json usage_chunk(const ResponseMeta& m, const RequestEvent& final_event);
 // A streamed answer that is tool calls: a call's first delta carries its
-// index, id, type and name; later ones more of its arguments.
+// index, id, type and name; later ones more of its arguments (a legacy
+// `functions` request: delta.function_call, its name first).
 json tool_call_chunk(const ResponseMeta& m, const ToolCallDelta& d, bool include_usage);
-// The last chunk of a streamed chat answer: an empty delta and the finish reason.
+// The last chunk of a streamed chat answer: an empty delta and the finish
+// reason ("tool_calls" reads "function_call" for a legacy `functions` request).
 json finish_chunk(const ResponseMeta& m, const char* reason, bool include_usage);
 
 // "data: <json>\n\n"; invalid UTF-8 (a token's half character) is replaced, never thrown on.

@@ -14,6 +14,7 @@ namespace {
 
 constexpr int kMaxTopLogprobs = 20;
 constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxLogitBias = 1024;  // entries; OpenAI's own limit is of this order
 
 // The field, or null when it is absent or JSON null (OpenAI treats both as "not given").
 const json* field(const json& body, const char* name) {
@@ -126,6 +127,13 @@ std::string message_content(const json& m, size_t i) {
   return text;
 }
 
+// OpenAI's roles; "function" is the deprecated form of "tool" (legacy function calling).
+bool known_role(const std::string& role) {
+  for (const char* k : {"system", "developer", "user", "assistant", "tool", "function"})
+    if (role == k) return true;
+  return false;
+}
+
 void parse_messages(const json& body, ApiRequest& r) {
   const json* v = field(body, "messages");
   if (!v) throw bad_param("messages", "'messages' is required", "missing_required_parameter");
@@ -138,7 +146,36 @@ void parse_messages(const json& body, ApiRequest& r) {
     const auto role = m.find("role");
     if (role == m.end() || !role->is_string() || role->get<std::string>().empty())
       throw bad_param(param + ".role", "'" + param + ".role' must be a non-empty string", "invalid_type");
+    if (!known_role(role->get<std::string>()))
+      throw bad_param(param + ".role", "'" + param + ".role' must be one of 'system', 'developer', 'user', "
+                                       "'assistant', 'tool' or 'function', got " + role->dump().substr(0, 40));
     r.messages.push_back({role->get<std::string>(), message_content(m, i)});
+  }
+}
+
+// logit_bias: {"<token id>": bias in [-100, 100]}, as OpenAI's. The ids are
+// checked against the vocabulary in to_request_params, which knows it.
+void parse_logit_bias(const json& body, SamplingParams& s) {
+  const json* v = field(body, "logit_bias");
+  if (!v) return;
+  if (!v->is_object())
+    throw bad_param("logit_bias", "'logit_bias' must be an object mapping token ids to biases", "invalid_type");
+  if (v->size() > kMaxLogitBias)
+    throw bad_param("logit_bias", "'logit_bias' has " + std::to_string(v->size()) + " entries; at most " +
+                                      std::to_string(kMaxLogitBias) + " are allowed");
+  for (const auto& [key, value] : v->items()) {
+    const std::string shown = "'" + key.substr(0, 24) + (key.size() > 24 ? "...'" : "'");
+    bool digits = !key.empty() && key.size() <= 9;
+    for (char c : key) digits &= c >= '0' && c <= '9';
+    if (!digits) throw bad_param("logit_bias", "'logit_bias' keys must be token ids (decimal integers), got " + shown);
+    if (!value.is_number())
+      throw bad_param("logit_bias", "'logit_bias' values must be numbers, got " + value.dump().substr(0, 40) +
+                                        " for token " + key, "invalid_type");
+    const double bias = value.get<double>();
+    if (!std::isfinite(bias) || bias < -100 || bias > 100)
+      throw bad_param("logit_bias", "'logit_bias' values must be between -100 and 100, got " + value.dump() +
+                                        " for token " + key);
+    s.logit_bias.emplace_back(std::stoi(key), (float)bias);
   }
 }
 
@@ -151,6 +188,18 @@ void parse_logprobs(const json& body, ApiRequest& r) {
   const auto top = int_field(body, "top_logprobs", 0, kMaxTopLogprobs);
   if (top && !on) throw bad_param("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   if (on) r.top_logprobs = (int)top.value_or(0);
+}
+
+void check_logit_bias(const SamplingParams& s, int n_vocab) {
+  size_t n_banned = 0;
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id >= n_vocab)
+      throw bad_param("logit_bias", "'logit_bias' token id " + std::to_string(id) +
+                                        " is out of range (vocabulary has " + std::to_string(n_vocab) + " tokens)");
+    n_banned += bias <= kBanBias;
+  }
+  if (n_vocab > 0 && n_banned >= (size_t)n_vocab)  // keys are distinct, so this is every token
+    throw bad_param("logit_bias", "'logit_bias' bans every token of the vocabulary");
 }
 
 }  // namespace
@@ -191,6 +240,7 @@ ApiRequest parse_api_request(const json& body, Endpoint endpoint, const nlohmann
   s.frequency_penalty = (float)number_field(body, "frequency_penalty", -2, 2).value_or(0.0);
   s.presence_penalty = (float)number_field(body, "presence_penalty", -2, 2).value_or(0.0);
   if (auto seed = int_field(body, "seed", INT64_MIN, INT64_MAX); seed && *seed >= 0) s.seed = (uint64_t)*seed;
+  parse_logit_bias(body, s);
 
   r.stop = parse_stop(body);
   r.ignore_eos = bool_field(body, "ignore_eos").value_or(false);
@@ -242,6 +292,7 @@ RequestParams to_request_params(const ApiRequest& r, const PromptContext& ctx) {
   const int room = ctx.n_ctx - n_prompt;
   p.max_tokens = std::min(r.max_tokens.value_or(r.endpoint == Endpoint::Completions ? 16 : room), room);
   p.sampling = r.sampling;
+  check_logit_bias(r.sampling, tok.n_vocab());
   p.stop = r.stop;
   p.ignore_eos = r.ignore_eos;
   p.top_logprobs = r.top_logprobs;

@@ -75,55 +75,100 @@ void parse_response_format(const ojson& body, StructuredRequest& s) {
     throw bad_param("response_format", "give only one of 'response_format' (json), 'json_schema' and 'grammar'");
 }
 
+// One function definition {name, description, parameters}; `p` names it in
+// errors ("tools[0].function" or, legacy, "functions[0]").
+ToolDef parse_function(const ojson& f, const std::string& p, const StructuredRequest& s) {
+  ToolDef d;
+  if (!f.contains("name") || !f["name"].is_string() || !valid_tool_name(f["name"]))
+    throw bad_param(p + ".name", "'" + p + ".name' must be 1-64 letters, digits, '_', '-' or '.'");
+  d.name = f["name"];
+  if (f.contains("description") && f["description"].is_string()) d.description = f["description"];
+  d.parameters = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"]
+                                                                      : ojson{{"type", "object"}, {"properties", ojson::object()}};
+  if (!d.parameters.is_object())
+    throw bad_param(p + ".parameters", "'" + p + ".parameters' must be a JSON Schema object", "invalid_type");
+  for (const ToolDef& other : s.tools)
+    if (other.name == d.name) throw bad_param(p + ".name", "two tools are named '" + d.name + "'");
+  return d;
+}
+
+// A named tool_choice / function_call must name one of the tools.
+void choose_named(StructuredRequest& s, const std::string& name, const char* param, const char* list) {
+  s.tool_choice = ToolChoice::Named;
+  s.tool_name = name;
+  bool known = false;
+  for (const ToolDef& t : s.tools) known |= t.name == s.tool_name;
+  if (!known)
+    throw bad_param(param, std::string("'") + param + "' names '" + s.tool_name + "', which is not in '" + list + "'");
+}
+
+void parse_tool_choice(const ojson* choice, StructuredRequest& s) {
+  if (!choice) return;
+  if (choice->is_string()) {
+    const std::string c = *choice;
+    if (c == "none") s.tool_choice = ToolChoice::None;
+    else if (c == "auto") s.tool_choice = ToolChoice::Auto;
+    else if (c == "required") s.tool_choice = ToolChoice::Required;
+    else throw bad_param("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a named function");
+  } else if (choice->is_object() && choice->contains("function") && (*choice)["function"].is_object() &&
+             (*choice)["function"].contains("name") && (*choice)["function"]["name"].is_string()) {
+    choose_named(s, (*choice)["function"]["name"], "tool_choice", "tools");
+  } else {
+    throw bad_param("tool_choice", "'tool_choice' must be a string or {\"type\": \"function\", \"function\": "
+                    "{\"name\": ...}}", "invalid_type");
+  }
+}
+
+// OpenAI's deprecated function calling, mapped as OpenAI maps it: `functions`
+// are tools, `function_call` ("none", "auto", {"name": N}) is tool_choice, and
+// one call at most (its reply is message.function_call, see ToolCallStyle).
+void parse_legacy_functions(const ojson& body, StructuredRequest& s) {
+  const ojson* functions = field(body, "functions");
+  const ojson* choice = field(body, "function_call");
+  if (!functions) throw bad_param("function_call", "'function_call' needs 'functions'");
+  if (field(body, "tools")) throw bad_param("functions", "give 'tools' or the deprecated 'functions', not both");
+  if (field(body, "tool_choice")) throw bad_param("tool_choice", "'tool_choice' needs 'tools' ('functions' take 'function_call')");
+  if (!functions->is_array() || functions->empty())
+    throw bad_param("functions", "'functions' must be a non-empty array", "invalid_type");
+  for (size_t i = 0; i < functions->size(); ++i) {
+    const std::string p = "functions[" + std::to_string(i) + "]";
+    if (!(*functions)[i].is_object()) throw bad_param(p, "'" + p + "' must be an object", "invalid_type");
+    s.tools.push_back(parse_function((*functions)[i], p, s));
+  }
+  s.legacy_functions = true;
+  s.parallel_tool_calls = false;
+  s.tool_choice = ToolChoice::Auto;
+  if (!choice) return;
+  if (choice->is_string() && *choice == "none") s.tool_choice = ToolChoice::None;
+  else if (choice->is_string() && *choice == "auto") s.tool_choice = ToolChoice::Auto;
+  else if (choice->is_object() && choice->contains("name") && (*choice)["name"].is_string())
+    choose_named(s, (*choice)["name"], "function_call", "functions");
+  else
+    throw bad_param("function_call", "'function_call' must be 'none', 'auto' or {\"name\": ...}", "invalid_type");
+}
+
 void parse_tools(const ojson& body, StructuredRequest& s) {
-  if (const ojson* tools = field(body, "tools")) {
+  if (field(body, "functions") || field(body, "function_call")) {
+    parse_legacy_functions(body, s);
+  } else if (const ojson* tools = field(body, "tools")) {
     if (!tools->is_array()) throw bad_param("tools", "'tools' must be an array", "invalid_type");
     for (size_t i = 0; i < tools->size(); ++i) {
       const ojson& t = (*tools)[i];
       const std::string p = "tools[" + std::to_string(i) + "]";
       if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object())
         throw bad_param(p, "'" + p + "' must be {\"type\": \"function\", \"function\": {...}}", "invalid_type");
-      const ojson& f = t["function"];
-      ToolDef d;
-      if (!f.contains("name") || !f["name"].is_string() || !valid_tool_name(f["name"]))
-        throw bad_param(p + ".function.name", "'" + p + ".function.name' must be 1-64 letters, digits, '_', '-' or '.'");
-      d.name = f["name"];
-      if (f.contains("description") && f["description"].is_string()) d.description = f["description"];
-      d.parameters = f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"]
-                                                                          : ojson{{"type", "object"}, {"properties", ojson::object()}};
-      if (!d.parameters.is_object())
-        throw bad_param(p + ".function.parameters", "'" + p + ".function.parameters' must be a JSON Schema object",
-                        "invalid_type");
-      for (const ToolDef& other : s.tools)
-        if (other.name == d.name) throw bad_param(p + ".function.name", "two tools are named '" + d.name + "'");
-      s.tools.push_back(std::move(d));
+      s.tools.push_back(parse_function(t["function"], p + ".function", s));
     }
   }
-  const ojson* choice = field(body, "tool_choice");
-  if (choice && s.tools.empty()) throw bad_param("tool_choice", "'tool_choice' needs 'tools'");
-  s.tool_choice = s.tools.empty() ? ToolChoice::None : ToolChoice::Auto;
-  if (choice) {
-    if (choice->is_string()) {
-      const std::string c = *choice;
-      if (c == "none") s.tool_choice = ToolChoice::None;
-      else if (c == "auto") s.tool_choice = ToolChoice::Auto;
-      else if (c == "required") s.tool_choice = ToolChoice::Required;
-      else throw bad_param("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a named function");
-    } else if (choice->is_object() && choice->contains("function") && (*choice)["function"].is_object() &&
-               (*choice)["function"].contains("name") && (*choice)["function"]["name"].is_string()) {
-      s.tool_choice = ToolChoice::Named;
-      s.tool_name = (*choice)["function"]["name"];
-      bool known = false;
-      for (const ToolDef& t : s.tools) known |= t.name == s.tool_name;
-      if (!known) throw bad_param("tool_choice", "'tool_choice' names '" + s.tool_name + "', which is not in 'tools'");
-    } else {
-      throw bad_param("tool_choice", "'tool_choice' must be a string or {\"type\": \"function\", \"function\": "
-                      "{\"name\": ...}}", "invalid_type");
+  if (!s.legacy_functions) {
+    const ojson* choice = field(body, "tool_choice");
+    if (choice && s.tools.empty()) throw bad_param("tool_choice", "'tool_choice' needs 'tools'");
+    s.tool_choice = s.tools.empty() ? ToolChoice::None : ToolChoice::Auto;
+    parse_tool_choice(choice, s);
+    if (const ojson* p = field(body, "parallel_tool_calls")) {
+      if (!p->is_boolean()) throw bad_param("parallel_tool_calls", "'parallel_tool_calls' must be a boolean", "invalid_type");
+      s.parallel_tool_calls = p->get<bool>();
     }
-  }
-  if (const ojson* p = field(body, "parallel_tool_calls")) {
-    if (!p->is_boolean()) throw bad_param("parallel_tool_calls", "'parallel_tool_calls' must be a boolean", "invalid_type");
-    s.parallel_tool_calls = p->get<bool>();
   }
   if (s.tools_active() && s.format == StructuredRequest::Format::Grammar)
     throw bad_param("tools", "'tools' together with a GBNF 'grammar' is not supported; use a response_format");
@@ -140,16 +185,35 @@ std::string text_content(const ojson& m) {
   return text;
 }
 
+// A call in a history message as templates expect it: arguments parsed to
+// an object (Hugging Face templates index into them).
+ojson template_call(const ojson& fn, const std::string& id, const std::string& p) {
+  ojson args = fn.value("arguments", ojson("{}"));
+  if (args.is_string()) {
+    try {
+      args = ojson::parse(args.get<std::string>());
+    } catch (const std::exception&) {
+      throw bad_param(p, "'" + p + "' arguments must be a JSON text, got " + fn["arguments"].dump());
+    }
+  }
+  return {{"id", id}, {"type", "function"}, {"function", {{"name", fn["name"]}, {"arguments", args}}}};
+}
+
 // Messages for the template: role and content as text, plus tool calls (their
 // arguments as objects, as Hugging Face templates expect) and tool results.
+// Legacy function calling is rewritten the same way: an assistant's
+// `function_call` is a one-element tool_calls, a "function" message a "tool"
+// result answering it.
 ojson template_messages(const ojson& body) {
   ojson out = ojson::array();
   const ojson* msgs = field(body, "messages");
   if (!msgs || !msgs->is_array()) return out;
+  std::string legacy_call_id;  // the last legacy call, which a "function" message answers
   for (size_t i = 0; i < msgs->size(); ++i) {
     const ojson& m = (*msgs)[i];
     if (!m.is_object()) continue;
-    ojson t{{"role", m.value("role", "")}, {"content", text_content(m)}};
+    const std::string role = m.value("role", "");
+    ojson t{{"role", role == "function" ? "tool" : role}, {"content", text_content(m)}};
     if (const ojson* calls = field(m, "tool_calls")) {
       const std::string p = "messages[" + std::to_string(i) + "].tool_calls";
       if (!calls->is_array()) throw bad_param(p, "'" + p + "' must be an array", "invalid_type");
@@ -159,20 +223,18 @@ ojson template_messages(const ojson& body) {
             !c["function"].contains("name") || !c["function"]["name"].is_string())
           throw bad_param(p, "'" + p + "' entries must be {\"id\", \"type\": \"function\", \"function\": {\"name\", "
                           "\"arguments\"}}", "invalid_type");
-        ojson args = c["function"].value("arguments", ojson("{}"));
-        if (args.is_string()) {
-          try {
-            args = ojson::parse(args.get<std::string>());
-          } catch (const std::exception&) {
-            throw bad_param(p, "'" + p + "' arguments must be a JSON text, got " + c["function"]["arguments"].dump());
-          }
-        }
-        list.push_back({{"id", c.value("id", "")}, {"type", "function"},
-                        {"function", {{"name", c["function"]["name"]}, {"arguments", args}}}});
+        list.push_back(template_call(c["function"], c.value("id", ""), p));
       }
       t["tool_calls"] = list;
+    } else if (const ojson* fc = field(m, "function_call")) {
+      const std::string p = "messages[" + std::to_string(i) + "].function_call";
+      if (!fc->is_object() || !fc->contains("name") || !(*fc)["name"].is_string())
+        throw bad_param(p, "'" + p + "' must be {\"name\", \"arguments\"}", "invalid_type");
+      legacy_call_id = "call_" + std::to_string(i);
+      t["tool_calls"] = ojson::array({template_call(*fc, legacy_call_id, p)});
     }
     if (const ojson* id = field(m, "tool_call_id"); id && id->is_string()) t["tool_call_id"] = *id;
+    else if (role == "function" && !legacy_call_id.empty()) t["tool_call_id"] = legacy_call_id;
     if (const ojson* name = field(m, "name"); name && name->is_string()) t["name"] = *name;
     out.push_back(std::move(t));
   }
@@ -194,18 +256,30 @@ StructuredRequest parse_structured(const ojson& body, bool chat) {
     s.messages = template_messages(body);
   } else if (field(body, "tools")) {
     throw bad_param("tools", "'tools' is only supported on /v1/chat/completions");
+  } else if (field(body, "functions")) {
+    throw bad_param("functions", "'functions' is only supported on /v1/chat/completions");
   }
   return s;
 }
 
 ToolCallStyle tool_call_style(const ChatTemplate* tmpl, const StructuredRequest& s) {
-  if (tmpl && tmpl->source().find("<tool_call>") != std::string::npos) return {"<tool_call>\n", "\n</tool_call>"};
-  if (s.tools_active() && s.format != StructuredRequest::Format::Text) return {"<tool_call>\n", "\n</tool_call>"};
-  return {};
+  ToolCallStyle style;
+  style.legacy_function_call = s.legacy_functions;
+  if ((tmpl && tmpl->source().find("<tool_call>") != std::string::npos) ||
+      (s.tools_active() && s.format != StructuredRequest::Format::Text)) {
+    style.open = "<tool_call>\n";
+    style.close = "\n</tool_call>";
+  }
+  return style;
 }
 
 TemplateInput template_input(const StructuredRequest& s, const ChatTemplate& tmpl, const ToolCallStyle& style) {
   TemplateInput in{s.messages, ojson::object()};
+  // OpenAI's "developer" role is the newer name of "system"; most templates
+  // know only "system" (and some raise on other roles).
+  if (tmpl.source().find("developer") == std::string::npos)
+    for (ojson& m : in.messages)
+      if (m.value("role", "") == "developer") m["role"] = "system";
   if (s.tools.empty()) return in;
   ojson tools = ojson::array();
   for (const ToolDef& t : s.tools) tools.push_back(tool_json(t));
@@ -323,31 +397,44 @@ std::string new_tool_call_id() {
   return id;
 }
 
-std::optional<std::vector<ToolCall>> parse_tool_calls(const std::string& text, const ToolCallStyle& style) {
-  std::vector<ToolCall> calls;
+bool starts_as_tool_call(const std::string& text, const ToolCallStyle& style) {
+  return !text.empty() && text[0] == (style.open.empty() ? '{' : style.open[0]);
+}
+
+ParsedToolCalls parse_leading_tool_calls(const std::string& text, const ToolCallStyle& style) {
+  ParsedToolCalls out;
   size_t i = 0;
   while (true) {
-    if (text.compare(i, style.open.size(), style.open) != 0) return std::nullopt;
-    i += style.open.size();
-    if (i >= text.size() || text[i] != '{') return std::nullopt;
-    const size_t end = object_end(text, i);
-    if (end == std::string::npos) return std::nullopt;
+    if (text.compare(i, style.open.size(), style.open) != 0) return out;
+    size_t k = i + style.open.size();
+    if (k >= text.size() || text[k] != '{') return out;
+    const size_t end = object_end(text, k);
+    if (end == std::string::npos) return out;
     ojson call;
     try {
-      call = ojson::parse(text.substr(i, end - i));
+      call = ojson::parse(text.substr(k, end - k));
     } catch (const std::exception&) {
-      return std::nullopt;
+      return out;
     }
     if (!call.is_object() || !call.contains("name") || !call["name"].is_string() || !call.contains("arguments"))
-      return std::nullopt;
-    calls.push_back({new_tool_call_id(), call["name"], call["arguments"].dump()});
-    i = end;
-    if (text.compare(i, style.close.size(), style.close) != 0) return std::nullopt;
-    i += style.close.size();
-    if (i == text.size()) return calls;
-    if (text[i] != '\n') return std::nullopt;
-    ++i;
+      return out;
+    k = end;
+    if (text.compare(k, style.close.size(), style.close) != 0) return out;
+    k += style.close.size();
+    out.calls.push_back({new_tool_call_id(), call["name"], call["arguments"].dump()});
+    if (k == text.size()) {
+      out.complete = true;
+      return out;
+    }
+    if (text[k] != '\n') return out;
+    i = k + 1;
   }
+}
+
+std::optional<std::vector<ToolCall>> parse_tool_calls(const std::string& text, const ToolCallStyle& style) {
+  ParsedToolCalls parsed = parse_leading_tool_calls(text, style);
+  if (!parsed.complete) return std::nullopt;
+  return std::move(parsed.calls);
 }
 
 }  // namespace spool::server

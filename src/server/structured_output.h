@@ -44,6 +44,7 @@ struct StructuredRequest {
   std::string tool_name;          // ToolChoice::Named
   bool parallel_tool_calls = true;
   bool compact_json = false;      // spool's extension: no whitespace between JSON tokens
+  bool legacy_functions = false;  // given as deprecated `functions` / `function_call` (one call at most)
   nlohmann::ordered_json messages;  // chat: the messages as the template sees them
   bool tools_active() const { return !tools.empty() && tool_choice != ToolChoice::None; }
 };
@@ -55,9 +56,13 @@ StructuredRequest parse_structured(const nlohmann::ordered_json& body, bool chat
 // How tool calls are written in the generated text: wrapped in
 // <tool_call>...</tool_call> for Hermes-style templates, and whenever tools
 // come with a response format (so that a call and a formatted answer, both
-// JSON, differ from their first character); bare JSON otherwise.
+// JSON, differ from their first character); bare JSON otherwise. And how the
+// reply carries them: message.tool_calls, or for a legacy `functions` request
+// message.function_call with finish_reason "function_call" (delta.function_call
+// streamed), as OpenAI answers those.
 struct ToolCallStyle {
   std::string open, close;  // "<tool_call>\n" / "\n</tool_call>", or ""
+  bool legacy_function_call = false;
 };
 ToolCallStyle tool_call_style(const ChatTemplate* tmpl, const StructuredRequest& s);
 
@@ -79,7 +84,18 @@ struct ToolCall {
 };
 // A fresh "call_" + 24 hex digits id.
 std::string new_tool_call_id();
-// The tool calls in a generated text, or nullopt when it is plain text.
+// Whether a generated text is tool calls rather than text: its first character
+// decides, as the grammar lets text never start the way a call does (the
+// streamed answer decides the same way).
+bool starts_as_tool_call(const std::string& text, const ToolCallStyle& style);
+// The complete calls at the start of a text, and whether they are all of it;
+// a call cut short (max_tokens, a stop string) ends the list.
+struct ParsedToolCalls {
+  std::vector<ToolCall> calls;
+  bool complete = false;  // the text is exactly these calls
+};
+ParsedToolCalls parse_leading_tool_calls(const std::string& text, const ToolCallStyle& style);
+// The tool calls in a generated text, or nullopt when it is not exactly calls.
 std::optional<std::vector<ToolCall>> parse_tool_calls(const std::string& text, const ToolCallStyle& style);
 
 }  // namespace spool::server
