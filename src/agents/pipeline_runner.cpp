@@ -2,6 +2,7 @@
 // lists, logs, event streams). Execution itself: run_executor.cpp.
 #include "agents/pipeline_runner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <set>
@@ -27,6 +28,20 @@ json step_json(const StepRecord& s) {
          {"started_at", s.started_at},       {"finished_at", s.finished_at > 0 ? json(s.finished_at) : json(nullptr)}};
   if (!s.error.empty()) j["error"] = s.error;
   return j;
+}
+
+// "512 B", "3.2 MiB", "1.00 GiB": sizes in limit messages.
+std::string human_bytes(uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)n;
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
 }
 
 json run_summary(const RunRecord& r) {
@@ -82,7 +97,8 @@ std::shared_ptr<PipelineRunner::Run> PipelineRunner::make_run(const RunRecord& r
   run->spec_json = rec.spec;
   run->input = rec.input;
   run->status = rec.status;
-  run->next_seq = run->base_seq = store_.last_event_seq(rec.id);
+  // Above every id an earlier process may have sent, token deltas included (never stored).
+  run->next_seq = run->base_seq = run->reserved_seq = store_.event_seq_floor(rec.id);
   return run;
 }
 
@@ -107,6 +123,7 @@ void PipelineRunner::start() {
       if (options_.log_to_stderr) std::fprintf(stderr, "%s\n", line.c_str());
       run->status = "queued";
     }
+    take_queue_slot(true);
     std::lock_guard<std::mutex> lock(mu_);
     runs_[run->id] = run;
     queue_.push_back(run);
@@ -122,6 +139,13 @@ std::string PipelineRunner::submit(const SpecJson& spec_json, const std::string&
   spec.erase("input");
   auto run = std::make_shared<Run>();
   run->spec = parse_pipeline_spec(spec, models_);  // throws SpecError before anything is stored
+  const std::string spec_text = spec.dump();
+  check_storage(spec_text.size() + input.size());
+  take_queue_slot();
+  struct SlotGuard {  // given back unless the run is queued
+    PipelineRunner* r;
+    ~SlotGuard() { if (r) r->return_queue_slot(); }
+  } slot{this};
   run->id = new_run_id();
   run->spec_json = spec;
   run->input = input;
@@ -137,10 +161,52 @@ std::string PipelineRunner::submit(const SpecJson& spec_json, const std::string&
     std::lock_guard<std::mutex> lock(mu_);
     runs_[run->id] = run;
     queue_.push_back(run);
+    slot.r = nullptr;
   }
   cv_.notify_one();
   hint_queued();
   return run->id;
+}
+
+void PipelineRunner::take_queue_slot(bool force) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!force && options_.max_queued > 0 && queue_slots_ >= options_.max_queued)
+    throw LimitExceeded(LimitExceeded::Kind::Queue,
+                        "too many queued runs: " + std::to_string(queue_slots_) +
+                            " pipeline runs and batches are waiting to start, the limit set by --max-queued-runs " +
+                            std::to_string(options_.max_queued) + "; retry when some have started, or cancel some");
+  ++queue_slots_;
+}
+
+void PipelineRunner::return_queue_slot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_slots_ > 0) --queue_slots_;
+}
+
+void PipelineRunner::check_storage(uint64_t adding) {
+  if (options_.max_storage_bytes == 0) return;
+  const uint64_t used = store_.used_bytes();
+  if (used + adding <= options_.max_storage_bytes) return;
+  throw LimitExceeded(LimitExceeded::Kind::Storage,
+                      "storage limit reached: the data dir holds " + human_bytes(used) + " of --max-storage " +
+                          human_bytes(options_.max_storage_bytes) + " and this needs " + human_bytes(adding) +
+                          " more; delete finished pipeline runs, batches, files or saved specs (DELETE on their "
+                          "routes) or raise --max-storage");
+}
+
+void PipelineRunner::save_spec(const std::string& name, const SpecJson& spec) {
+  check_storage(spec.dump().size());
+  store_.put_spec(name, spec);
+}
+
+DeleteOutcome PipelineRunner::remove(const std::string& id) {
+  const DeleteOutcome d = store_.delete_run(id, "pipeline");
+  if (d == DeleteOutcome::Deleted) {  // an ended run kept in memory for its token events goes too
+    std::lock_guard<std::mutex> lock(mu_);
+    runs_.erase(id);
+    finished_order_.erase(std::remove(finished_order_.begin(), finished_order_.end(), id), finished_order_.end());
+  }
+  return d;
 }
 
 void PipelineRunner::worker() {
@@ -152,6 +218,7 @@ void PipelineRunner::worker() {
       if (stopping_) return;
       run = queue_.front();
       queue_.pop_front();
+      if (queue_slots_ > 0) --queue_slots_;
       ++running_;
     }
     hint_queued();
@@ -240,6 +307,7 @@ bool PipelineRunner::cancel(const std::string& id) {
     for (auto it = queue_.begin(); it != queue_.end(); ++it)
       if (*it == run) {
         queue_.erase(it);
+        if (queue_slots_ > 0) --queue_slots_;
         was_queued = true;
         break;
       }
@@ -354,6 +422,7 @@ EventBatch PipelineRunner::wait_events(const std::string& id, int64_t after, std
   const std::optional<RunRecord> rec = store_.get_run(id);
   if (!rec || rec->kind != "pipeline") {
     b.known = false;
+    b.ended = true;  // e.g. deleted while a client streamed it: its stream ends
     return b;
   }
   b.events = store_.events(id, after);

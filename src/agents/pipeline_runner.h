@@ -12,7 +12,9 @@
 // makes a run resumable after a crash (start() requeues runs left queued or
 // running). Events: start / token / output / retry / failed per agent and
 // done per run; all but token deltas are stored, so an SSE client can resume
-// with Last-Event-ID after a restart.
+// with Last-Event-ID after a restart. Ids of token deltas are handed out only
+// below a mark reserved in the store, so after a crash the run's ids go on
+// above every id sent before it.
 #pragma once
 
 #include <atomic>
@@ -50,6 +52,19 @@ struct RunnerOptions {
   int max_runs = 1;            // runs executing at once; the rest wait queued, in order
   bool log_to_stderr = true;   // one line per agent event on stderr (always stored with the run)
   bool kv_hints = true;        // workflow-aware KV retention hints (false: the engine's plain LRU)
+  // Admission caps (serve's --max-queued-runs and --max-storage; 0: none):
+  // pipeline runs and batches waiting to start, together; bytes the store holds.
+  int max_queued = 0;
+  uint64_t max_storage_bytes = 0;
+};
+
+// A submission over an admission cap; the server answers 429 (Queue) or 507
+// (Storage). The message names the option and the numbers.
+class LimitExceeded : public Error {
+ public:
+  enum class Kind { Queue, Storage };
+  LimitExceeded(Kind kind, const std::string& what) : Error(what), kind(kind) {}
+  Kind kind;
 };
 
 struct RunnerStats {
@@ -82,6 +97,7 @@ class PipelineRunner {
   void shutdown();
 
   // Validates (throws SpecError), stores and queues a run; returns its id.
+  // Throws LimitExceeded when the queue or the store is full.
   std::string submit(const SpecJson& spec, const std::string& input);
   // Validates a spec without running it (throws SpecError).
   PipelineSpec validate(const SpecJson& spec) const;
@@ -99,10 +115,24 @@ class PipelineRunner {
   // Blocks until the run has ended or `timeout` passes; returns its status ("" unknown).
   std::string wait(const std::string& id, std::chrono::milliseconds timeout);
 
-  // Saved specs (PUT/GET /v1/pipeline-specs).
-  void save_spec(const std::string& name, const SpecJson& spec) { store_.put_spec(name, spec); }
+  // Removes an ended run and everything stored with it (DELETE /v1/pipelines/{id});
+  // a queued or running one is left (Active): cancel it first.
+  DeleteOutcome remove(const std::string& id);
+
+  // Saved specs (PUT/GET/DELETE /v1/pipeline-specs); save_spec throws LimitExceeded (storage).
+  void save_spec(const std::string& name, const SpecJson& spec);
   std::optional<SpecJson> store_spec(const std::string& name) { return store_.get_spec(name); }
   std::vector<std::string> spec_names() { return store_.spec_names(); }
+  bool delete_spec(const std::string& name) { return store_.delete_spec(name); }
+
+  // Admission, shared with the Batch API. A queue slot is taken when a run or
+  // batch is queued and given back when it starts (or is cancelled while
+  // queued); take_queue_slot throws LimitExceeded when max_queued are taken
+  // (`force`: counted but never refused, for what a restart requeues).
+  void take_queue_slot(bool force = false);
+  void return_queue_slot();
+  // Throws LimitExceeded when the store plus `adding` bytes would pass max_storage_bytes.
+  void check_storage(uint64_t adding);
 
   RunnerStats stats();
   const RunnerOptions& options() const { return options_; }
@@ -132,6 +162,7 @@ class PipelineRunner {
   std::vector<std::thread> workers_;
   bool stopping_ = false;
   int running_ = 0;
+  int queue_slots_ = 0;                // runs and batches queued (take_queue_slot)
   std::mutex hint_mu_;                 // orders hint_queued() calls
   std::set<Engine*> queued_hinted_;    // engines holding the queued runs' hints
   std::atomic<uint64_t> steps_done_{0}, steps_failed_{0}, retries_{0};

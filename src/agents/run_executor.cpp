@@ -41,6 +41,8 @@ int injected_failures(const std::string& agent) {
   return 0;
 }
 
+constexpr int64_t kEventIdBlock = 1024;  // token event ids reserved in the store at a time
+
 std::string one_line(const std::string& s, size_t max) {
   std::string out;
   for (char c : s) {
@@ -110,9 +112,21 @@ void RunExecutor::record(const StepRecord* step, const json& event, const std::v
 
 void RunExecutor::emit_token(json ev) {
   std::lock_guard<std::mutex> order(run_->record_mu);
+  int64_t seq;
   {
     std::lock_guard<std::mutex> lock(run_->mu);
-    run_->events.emplace_back(++run_->next_seq, std::move(ev));
+    seq = run_->next_seq + 1;
+  }
+  // Token deltas are not stored: their ids come from a block reserved in the
+  // store first, so a restart after a crash numbers above them (one write per block).
+  if (seq > run_->reserved_seq) {
+    runner_.store_.reserve_event_seq(run_->id, seq + kEventIdBlock - 1);
+    run_->reserved_seq = seq + kEventIdBlock - 1;
+  }
+  {
+    std::lock_guard<std::mutex> lock(run_->mu);
+    run_->next_seq = seq;
+    run_->events.emplace_back(seq, std::move(ev));
   }
   run_->cv.notify_all();
 }

@@ -31,6 +31,7 @@ struct PipelineRunner::Run {
   std::condition_variable cv;
   std::vector<std::pair<int64_t, nlohmann::json>> events;  // every event, token deltas included
   int64_t next_seq = 0;
+  int64_t reserved_seq = 0;  // ids up to this are reserved in the store (RunStore::reserve_event_seq); record_mu
   bool ended = false;
   std::string status = "queued";
   std::set<std::pair<Engine*, RequestId>> in_flight;    // engine requests to cancel

@@ -2,9 +2,11 @@
 
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -78,7 +80,42 @@ CREATE INDEX IF NOT EXISTS logs_by_run ON logs(run_id, id);
 CREATE TABLE IF NOT EXISTS files(
   id TEXT PRIMARY KEY, filename TEXT NOT NULL, purpose TEXT NOT NULL, bytes INTEGER NOT NULL, created_at REAL NOT NULL,
   content BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS event_marks(run_id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
 )SQL";
+
+bool ended(const std::string& status) {
+  return status == "completed" || status == "failed" || status == "cancelled" || status == "expired";
+}
+
+// The data dir holds every prompt and output: made 0700 (parents as the umask
+// says). One that existed already is tightened only when it is a store of an
+// earlier version (it holds spool.db), never some other directory given by mistake.
+void make_private_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) {
+    if (fs::exists(dir + "/spool.db", ec)) (void)::chmod(dir.c_str(), 0700);  // best effort: another owner's stays
+    return;
+  }
+  const fs::path parent = fs::path(dir).parent_path();
+  if (!parent.empty()) fs::create_directories(parent, ec);
+  if (ec) throw Error("data dir " + dir + ": cannot create it: " + ec.message());
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw Error("data dir " + dir + ": cannot create it: " + std::strerror(errno));
+  (void)::chmod(dir.c_str(), 0700);
+}
+
+// Creates the file 0600, or tightens an existing one (an earlier version's
+// 0644). SQLite gives the -wal and -shm files the database file's mode.
+void make_private_file(const std::string& path, bool create) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+  if (fd < 0) {
+    if (!create && errno == ENOENT) return;
+    throw Error("cannot open " + path + ": " + std::strerror(errno));
+  }
+  (void)::fchmod(fd, 0600);  // best effort: a file of another owner fails later, when SQLite opens it
+  ::close(fd);
+}
 
 RunRecord read_run(const Stmt& s) {
   RunRecord r;
@@ -112,18 +149,25 @@ std::string default_data_dir() {
 RunStore::RunStore(const std::string& dir) : dir_(dir) {
   std::string path = ":memory:";
   if (!dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) throw Error("data dir " + dir + ": cannot create it: " + ec.message());
+    make_private_dir(dir);
     const std::string lock = dir + "/spool.lock";
-    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock_fd_ < 0) throw Error("data dir " + dir + ": cannot open " + lock + ": " + std::strerror(errno));
     if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
       ::close(lock_fd_);
       lock_fd_ = -1;
       throw Error("data dir " + dir + " is in use by another spool process; give each server its own --data-dir");
     }
+    (void)::fchmod(lock_fd_, 0600);
     path = dir + "/spool.db";
+    try {
+      make_private_file(path, true);
+      make_private_file(path + "-wal", false);
+      make_private_file(path + "-shm", false);
+    } catch (const Error& e) {
+      ::close(lock_fd_);
+      throw Error("data dir " + dir + ": " + e.what());
+    }
   }
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                       nullptr) != SQLITE_OK) {
@@ -134,6 +178,7 @@ RunStore::RunStore(const std::string& dir) : dir_(dir) {
   }
   sqlite3_busy_timeout(db_, 5000);
   try {
+    exec("PRAGMA auto_vacuum=INCREMENTAL");  // takes effect in a new database (before its first table)
     if (!dir.empty()) {
       exec("PRAGMA journal_mode=WAL");
       exec("PRAGMA synchronous=FULL");
@@ -165,6 +210,14 @@ void RunStore::put_spec(const std::string& name, const nlohmann::ordered_json& s
   Stmt(db_, "INSERT INTO specs(name, body, updated_at) VALUES(?1, ?2, ?3) "
             "ON CONFLICT(name) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at")
       .bind(1, name).bind(2, spec.dump()).bind(3, unix_now()).run();
+}
+
+bool RunStore::delete_spec(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt(db_, "DELETE FROM specs WHERE name = ?1").bind(1, name).run();
+  const bool deleted = sqlite3_changes(db_) > 0;
+  if (deleted) reclaim();
+  return deleted;
 }
 
 std::optional<nlohmann::ordered_json> RunStore::get_spec(const std::string& name) {
@@ -271,6 +324,50 @@ std::map<std::string, int64_t> RunStore::count_runs(const std::string& kind) {
   return out;
 }
 
+DeleteOutcome RunStore::delete_run(const std::string& id, const std::string& kind, const std::vector<std::string>& files) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exec("BEGIN IMMEDIATE");
+  try {
+    DeleteOutcome outcome;
+    {
+      Stmt s(db_, "SELECT status FROM runs WHERE id = ?1 AND kind = ?2");
+      s.bind(1, id).bind(2, kind);
+      outcome = !s.step() ? DeleteOutcome::NotFound : ended(s.text(0)) ? DeleteOutcome::Deleted : DeleteOutcome::Active;
+    }
+    if (outcome != DeleteOutcome::Deleted) {
+      exec("ROLLBACK");
+      return outcome;
+    }
+    for (const char* sql : {"DELETE FROM steps WHERE run_id = ?1", "DELETE FROM events WHERE run_id = ?1",
+                            "DELETE FROM logs WHERE run_id = ?1", "DELETE FROM event_marks WHERE run_id = ?1",
+                            "DELETE FROM runs WHERE id = ?1"})
+      Stmt(db_, sql).bind(1, id).run();
+    for (const std::string& f : files) Stmt(db_, "DELETE FROM files WHERE id = ?1").bind(1, f).run();
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+  reclaim();
+  return DeleteOutcome::Deleted;
+}
+
+void RunStore::reclaim() {
+  exec("PRAGMA incremental_vacuum");
+  if (!dir_.empty()) exec("PRAGMA wal_checkpoint(TRUNCATE)");  // the file shrinks only when the WAL is written back
+}
+
+int64_t RunStore::pragma_int(const char* sql) {
+  Stmt s(db_, sql);
+  return s.step() ? s.i64(0) : 0;
+}
+
+uint64_t RunStore::used_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t pages = pragma_int("PRAGMA page_count") - pragma_int("PRAGMA freelist_count");
+  return (uint64_t)std::max<int64_t>(0, pages) * (uint64_t)pragma_int("PRAGMA page_size");
+}
+
 void RunStore::put_step(const std::string& run_id, const StepRecord& st) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt(db_, "INSERT OR REPLACE INTO steps(run_id, agent, round, ord, status, output, attempts, prompt_tokens, "
@@ -350,6 +447,21 @@ int64_t RunStore::last_event_seq(const std::string& run_id) {
   return s.step() ? s.i64(0) : 0;
 }
 
+void RunStore::reserve_event_seq(const std::string& run_id, int64_t upto) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt(db_, "INSERT INTO event_marks(run_id, seq) VALUES(?1, ?2) "
+            "ON CONFLICT(run_id) DO UPDATE SET seq = MAX(seq, excluded.seq)")
+      .bind(1, run_id).bind(2, upto).run();
+}
+
+int64_t RunStore::event_seq_floor(const std::string& run_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT MAX(COALESCE((SELECT MAX(seq) FROM events WHERE run_id = ?1), 0), "
+              "COALESCE((SELECT seq FROM event_marks WHERE run_id = ?1), 0))");
+  s.bind(1, run_id);
+  return s.step() ? s.i64(0) : 0;
+}
+
 void RunStore::add_log(const std::string& run_id, const std::string& line) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt(db_, "INSERT INTO logs(run_id, ts, line) VALUES(?1, ?2, ?3)").bind(1, run_id).bind(2, unix_now()).bind(3, line).run();
@@ -385,6 +497,35 @@ std::optional<std::string> RunStore::file_content(const std::string& id) {
   s.bind(1, id);
   if (!s.step()) return std::nullopt;
   return s.text(0);
+}
+
+std::vector<FileRecord> RunStore::list_files(const std::string& purpose, int limit, const std::string& after_id,
+                                             bool asc, bool& more) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t after = 0;  // rowid: insertion order
+  if (!after_id.empty()) {
+    Stmt a(db_, "SELECT rowid FROM files WHERE id = ?1");
+    a.bind(1, after_id);
+    if (a.step()) after = a.i64(0);
+  }
+  Stmt s(db_, asc ? "SELECT id, filename, purpose, bytes, created_at FROM files WHERE (?1 = '' OR purpose = ?1) "
+                    "AND rowid > ?2 ORDER BY rowid LIMIT ?3"
+                  : "SELECT id, filename, purpose, bytes, created_at FROM files WHERE (?1 = '' OR purpose = ?1) "
+                    "AND (?2 = 0 OR rowid < ?2) ORDER BY rowid DESC LIMIT ?3");
+  s.bind(1, purpose).bind(2, after).bind(3, limit + 1);
+  std::vector<FileRecord> out;
+  while (s.step()) out.push_back(FileRecord{s.text(0), s.text(1), s.text(2), s.i64(3), s.real(4)});
+  more = (int)out.size() > limit;
+  if (more) out.pop_back();
+  return out;
+}
+
+bool RunStore::delete_file(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt(db_, "DELETE FROM files WHERE id = ?1").bind(1, id).run();
+  const bool deleted = sqlite3_changes(db_) > 0;
+  if (deleted) reclaim();
+  return deleted;
 }
 
 }  // namespace spool::agents

@@ -6,7 +6,10 @@
 // step: nothing accepted is lost.
 //
 // One connection, serialized by a mutex: the writes are a few per agent step,
-// far from SQLite's limits.
+// far from SQLite's limits. The directory is private to its user (0700 when
+// created here) and the database files are 0600: they hold every prompt and
+// output. Deletions give their pages back (auto_vacuum=INCREMENTAL and a WAL
+// checkpoint), so the files shrink.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +53,10 @@ struct FileRecord {
   double created_at = 0;
 };
 
+// What delete_run did: removed it, found no such run (of that kind), or left
+// it because it has not ended (queued / running / a batch in progress).
+enum class DeleteOutcome { Deleted, NotFound, Active };
+
 // Opens (creating) <dir>/spool.db and holds an exclusive lock on
 // <dir>/spool.lock for the object's life: a second process on the same
 // directory gets an Error naming it.
@@ -66,6 +73,7 @@ class RunStore {
   void put_spec(const std::string& name, const nlohmann::ordered_json& spec);
   std::optional<nlohmann::ordered_json> get_spec(const std::string& name);
   std::vector<std::string> spec_names();
+  bool delete_spec(const std::string& name);  // false: no such spec
 
   void create_run(const RunRecord& r);
   // Sets status (and error); stamps started_at when it becomes running (or a
@@ -80,6 +88,10 @@ class RunStore {
   // Oldest first.
   std::vector<RunRecord> runs_with_status(const std::string& kind, const std::string& status);
   std::map<std::string, int64_t> count_runs(const std::string& kind);
+  // Removes an ended run (completed, failed, cancelled, expired) of `kind` with
+  // its steps, events, logs and the given files (a batch's output and error
+  // files), in one transaction; a run that has not ended is left as it is.
+  DeleteOutcome delete_run(const std::string& id, const std::string& kind, const std::vector<std::string>& files = {});
 
   void put_step(const std::string& run_id, const StepRecord& s);
   // One transaction: the step (if any), its log lines and its event (if seq > 0),
@@ -94,6 +106,12 @@ class RunStore {
   void add_event(const std::string& run_id, int64_t seq, const nlohmann::json& ev);
   std::vector<std::pair<int64_t, nlohmann::json>> events(const std::string& run_id, int64_t after_seq);
   int64_t last_event_seq(const std::string& run_id);
+  // Event ids that are never stored (token deltas) are handed out only up to
+  // a mark reserved here first, so a restarted run continues above every id
+  // an earlier process may have sent: event_seq_floor is the larger of the
+  // last stored event and that mark.
+  void reserve_event_seq(const std::string& run_id, int64_t upto);
+  int64_t event_seq_floor(const std::string& run_id);
 
   void add_log(const std::string& run_id, const std::string& line);
   std::vector<std::string> logs(const std::string& run_id);
@@ -102,10 +120,21 @@ class RunStore {
   void put_file(const FileRecord& f, const std::string& content);
   std::optional<FileRecord> get_file(const std::string& id);
   std::optional<std::string> file_content(const std::string& id);
+  // Oldest first (asc) or newest first; `purpose` "" : any; a page after
+  // `after_id` ("" : from the start); `more`: further files remain.
+  std::vector<FileRecord> list_files(const std::string& purpose, int limit, const std::string& after_id, bool asc,
+                                     bool& more);
+  bool delete_file(const std::string& id);  // false: no such file
+
+  // Bytes the database holds (its pages in use, free pages not counted):
+  // what serve's --max-storage caps.
+  uint64_t used_bytes();
 
  private:
   void exec(const char* sql);
   void update_status(const std::string& id, const std::string& status, const std::string& error);  // mu_ held
+  void reclaim();  // mu_ held: after a deletion, free pages go back to the file system
+  int64_t pragma_int(const char* sql);  // mu_ held
   std::string dir_;
   int lock_fd_ = -1;
   sqlite3* db_ = nullptr;

@@ -61,10 +61,11 @@ struct Grammar {
 // `{m}` `{m,}` `{m,n}` `{,n}`, "literals", [classes] with ranges and ^, `.`,
 // escapes \n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH, # comments.
 // Throws GrammarError (line:column and the problem) on bad text, undefined
-// rules, a missing root rule or left recursion.
+// rules, a missing root rule, left recursion or a rule that can never end.
 Grammar parse_gbnf(std::string_view text, std::string_view root = "root");
 
-// Checks a grammar built in code: every rule defined, no left recursion.
+// Checks a grammar built in code: every rule defined, no left recursion,
+// every rule the root reaches able to end (match some finite text).
 void validate_grammar(const Grammar& g);
 
 // Escapes bytes for a GBNF "literal" (without the quotes).

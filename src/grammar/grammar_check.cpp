@@ -1,9 +1,49 @@
 // Grammar checks before a grammar is compiled: every referenced rule is
-// defined, and no rule is left-recursive (the matcher expands rules
-// top-down, so a left-recursive rule would never stop expanding).
+// defined, no rule is left-recursive (the matcher expands rules top-down, so
+// a left-recursive rule would never stop expanding), and every rule the root
+// reaches can end.
 #include "grammar/grammar.h"
 
 namespace spool::grammar {
+
+namespace {
+
+// Every rule the root reaches must be able to end (match some finite text).
+// One that cannot (`root ::= root`, `x ::= "a" x`, a JSON Schema {"$ref": "#"})
+// leaves decoding with no token to pick, or no way to stop: a mistake in the
+// grammar, refused here rather than failing the request later.
+void check_rules_end(const Grammar& g) {
+  const size_t n = g.rules.size();
+  std::vector<char> ends(n, 0);  // by fixpoint: an alternative of only bytes and rules that end
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (ends[i]) continue;
+      for (const Sequence& alt : g.rules[i].alts) {
+        bool all = true;
+        for (const Element& e : alt)
+          if (e.kind == ElemKind::Rule && !ends[e.value]) { all = false; break; }
+        if (all) { ends[i] = 1; changed = true; break; }
+      }
+    }
+  }
+  if (g.root >= n) return;
+  std::vector<char> reached(n, 0);
+  std::vector<uint32_t> todo{g.root};
+  reached[g.root] = 1;
+  while (!todo.empty()) {
+    const uint32_t r = todo.back();
+    todo.pop_back();
+    if (!ends[r])
+      throw GrammarError("grammar: rule '" + g.rules[r].name + "' can never end (every alternative recurses with "
+                         "no way out, so it matches no finite text); give the recursion an alternative that ends");
+    for (const Sequence& alt : g.rules[r].alts)
+      for (const Element& e : alt)
+        if (e.kind == ElemKind::Rule && !reached[e.value]) { reached[e.value] = 1; todo.push_back(e.value); }
+  }
+}
+
+}  // namespace
 
 void validate_grammar(const Grammar& g) {
   const size_t n = g.rules.size();
@@ -53,6 +93,7 @@ void validate_grammar(const Grammar& g) {
         if (seen[s] != (uint32_t)q) { seen[s] = (uint32_t)q; todo.push_back(s); }
     }
   }
+  check_rules_end(g);
 }
 
 }  // namespace spool::grammar

@@ -1,9 +1,10 @@
 // The OpenAI Files and Batch routes (the subset a batch needs), driven
 // unmodified by the official clients:
 //   POST /v1/files (multipart: file, purpose=batch)   GET /v1/files/{id}   GET /v1/files/{id}/content
+//   GET /v1/files (?purpose, ?limit, ?after, ?order)   DELETE /v1/files/{id}
 //   POST /v1/batches {input_file_id, endpoint, completion_window, metadata}
-//   GET /v1/batches/{id}   GET /v1/batches (?limit, ?after)   POST /v1/batches/{id}/cancel
-// Stored in the server's data dir; executed by BatchRunner.
+//   GET /v1/batches/{id}   GET /v1/batches (?limit, ?after)   POST /v1/batches/{id}/cancel   DELETE /v1/batches/{id}
+// Stored in the server's data dir (uploads capped by --max-storage); executed by BatchRunner.
 #include <nlohmann/json.hpp>
 
 #include "server/batch_runner.h"
@@ -40,6 +41,11 @@ void upload_file(ServerContext& ctx, const httplib::Request& req, httplib::Respo
   f.id = agents::new_run_id("file-");
   f.filename = file.filename.empty() ? "upload.jsonl" : file.filename;
   f.purpose = purpose;
+  try {
+    ctx.runner->check_storage(file.content.size());
+  } catch (const agents::LimitExceeded& e) {
+    throw_limit_error(e, res);
+  }
   ctx.runner->store().put_file(f, file.content);
   reply(res, file_json(*ctx.runner->store().get_file(f.id)));
 }
@@ -55,11 +61,42 @@ ApiError no_batch(const std::string& id) {
   return ApiError(404, "no batch '" + id + "'", "invalid_request_error", "not_found", "batch_id");
 }
 
+// GET /v1/files as OpenAI pages it: newest first unless ?order=asc, ?limit (default and most 10000), ?after=ID.
+void list_files(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  batches_of(ctx);
+  const int limit = limit_param(req, 10000, 10000);
+  const std::string order = req.has_param("order") ? req.get_param_value("order") : "desc";
+  if (order != "asc" && order != "desc") throw bad_param("order", "order must be 'asc' or 'desc'");
+  const std::string purpose = req.has_param("purpose") ? req.get_param_value("purpose") : "";
+  bool more = false;
+  const std::vector<agents::FileRecord> files = ctx.runner->store().list_files(
+      purpose, limit, req.has_param("after") ? req.get_param_value("after") : "", order == "asc", more);
+  json data = json::array();
+  for (const agents::FileRecord& f : files) data.push_back(file_json(f));
+  reply(res, json{{"object", "list"},
+                  {"data", data},
+                  {"first_id", files.empty() ? json(nullptr) : json(files.front().id)},
+                  {"last_id", files.empty() ? json(nullptr) : json(files.back().id)},
+                  {"has_more", more}});
+}
+
+// DELETE /v1/files/{id}: the file and its content; refused (409) while a batch that has not ended reads it.
+void delete_file(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const agents::FileRecord f = find_file(ctx, req.matches[1].str());
+  if (const std::string batch = batches_of(ctx).input_of_unfinished(f.id); !batch.empty())
+    throw ApiError(409, "file " + f.id + " is the input of batch " + batch + ", which has not ended: cancel the batch "
+                   "or wait for it to end, then delete the file", "invalid_request_error", "file_in_use", "file_id");
+  if (!ctx.runner->store().delete_file(f.id)) throw ApiError(404, "no file '" + f.id + "'", "invalid_request_error", "not_found", "file_id");
+  reply(res, json{{"id", f.id}, {"object", "file"}, {"deleted", true}});
+}
+
 }  // namespace
 
 void add_batch_routes(ServerContext& ctx) {
   httplib::Server& http = ctx.http;
   http.Post("/v1/files", guarded(ctx, upload_file));
+  http.Get("/v1/files", guarded(ctx, list_files));
+  http.Delete(R"(/v1/files/([A-Za-z0-9_-]+))", guarded(ctx, delete_file));
   http.Get(R"(/v1/files/([A-Za-z0-9_-]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
     reply(res, file_json(find_file(c, req.matches[1].str())));
   }));
@@ -81,8 +118,12 @@ void add_batch_routes(ServerContext& ctx) {
     };
     json metadata = body.contains("metadata") ? body["metadata"] : json(nullptr);
     if (!metadata.is_null() && !metadata.is_object()) throw bad_param("metadata", "'metadata' must be an object", "invalid_type");
-    reply(res, b.create(str("input_file_id", true, ""), str("endpoint", true, ""), str("completion_window", false, "24h"),
-                        metadata));
+    try {
+      reply(res, b.create(str("input_file_id", true, ""), str("endpoint", true, ""),
+                          str("completion_window", false, "24h"), metadata));
+    } catch (const agents::LimitExceeded& e) {
+      throw_limit_error(e, res);
+    }
   }));
   http.Get("/v1/batches", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
     const int limit = limit_param(req, 20, 100);
@@ -90,6 +131,11 @@ void add_batch_routes(ServerContext& ctx) {
   }));
   http.Get(R"(/v1/batches/([A-Za-z0-9_]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
     const std::optional<json> b = batches_of(c).get(req.matches[1].str());
+    if (!b) throw no_batch(req.matches[1].str());
+    reply(res, *b);
+  }));
+  http.Delete(R"(/v1/batches/([A-Za-z0-9_]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    const std::optional<json> b = batches_of(c).remove(req.matches[1].str());
     if (!b) throw no_batch(req.matches[1].str());
     reply(res, *b);
   }));

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 
+#include <httplib.h>
+
 #include "agents/pipeline_runner.h"
 #include "server/json_depth.h"
 #include "server/openai_format.h"
@@ -48,13 +50,19 @@ std::vector<BatchLine> parse_lines(const std::string& content, const std::string
     const std::string cid = j["custom_id"].get<std::string>();
     if (!ids.insert(cid).second)
       throw bad_param("input_file_id", where + "duplicate custom_id '" + cid + "'", "invalid_batch_file");
-    if (j.value("method", "POST") != "POST")
-      throw bad_param("input_file_id", where + "'method' must be POST", "invalid_batch_file");
-    if (j.value("url", "") != endpoint)
+    // Fields of the wrong type are the client's mistake too (a 400 naming them, never a JSON type error's 500).
+    const auto has = [](const json& o, const char* key) { return o.contains(key) && !o[key].is_null(); };
+    if (has(j, "method") && (!j["method"].is_string() || j["method"].get<std::string>() != "POST"))
+      throw bad_param("input_file_id", where + "'method' must be the string \"POST\"", "invalid_batch_file");
+    if (!j.contains("url") || !j["url"].is_string() || j["url"].get<std::string>() != endpoint)
       throw bad_param("input_file_id", where + "'url' must be the batch's endpoint " + endpoint, "invalid_batch_file");
     if (!j.contains("body") || !j["body"].is_object())
       throw bad_param("input_file_id", where + "'body' must be a JSON object", "invalid_batch_file");
-    if (j["body"].value("stream", false))
+    const json& body = j["body"];
+    if (has(body, "stream") && !body["stream"].is_boolean())
+      throw bad_param("input_file_id", where + "'body.stream' must be a boolean (and false: a batch does not stream)",
+                      "invalid_batch_file");
+    if (has(body, "stream") && body["stream"].get<bool>())
       throw bad_param("input_file_id", where + "streaming is not available in a batch", "invalid_batch_file");
     out.push_back({cid, j["body"]});
   }
@@ -91,6 +99,7 @@ void BatchRunner::start() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const RunRecord& r : pending) {
       if (r.status == "cancelling") cancelling_.insert(r.id);
+      ctx_.runner->take_queue_slot(true);  // counted, never refused: it was accepted before the restart
       queue_.push_back(r.id);
       std::fprintf(stderr, "[batch:%s] RESUMED after restart (%s)\n", r.id.c_str(), r.status.c_str());
     }
@@ -106,14 +115,24 @@ json BatchRunner::create(const std::string& input_file_id, const std::string& en
   const std::optional<agents::FileRecord> f = store_.get_file(input_file_id);
   if (!f) throw ApiError(404, "no file '" + input_file_id + "'", "invalid_request_error", "not_found", "input_file_id");
   if (f->purpose != "batch") throw bad_param("input_file_id", "the file's purpose is '" + f->purpose + "', not 'batch'");
-  const std::vector<BatchLine> lines = parse_lines(*store_.file_content(input_file_id), endpoint);
+  const std::optional<std::string> content = store_.file_content(input_file_id);
+  if (!content) throw ApiError(404, "no file '" + input_file_id + "'", "invalid_request_error", "not_found", "input_file_id");
+  const std::vector<BatchLine> lines = parse_lines(*content, endpoint);
   RunRecord r;
   r.id = agents::new_run_id("batch_");
   r.kind = "batch";
   r.spec = json{{"endpoint", endpoint}, {"input_file_id", input_file_id}, {"completion_window", completion_window},
                 {"metadata", metadata}, {"total", lines.size()}};
   r.status = "validating";
-  store_.create_run(r);
+  agents::PipelineRunner& admission = *ctx_.runner;  // the caps pipelines and batches share
+  admission.check_storage(r.spec.dump().size());
+  admission.take_queue_slot();
+  try {
+    store_.create_run(r);
+  } catch (...) {
+    admission.return_queue_slot();
+    throw;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(r.id);
@@ -169,6 +188,41 @@ json BatchRunner::list(int limit, const std::string& after) {
               {"has_more", more}};
 }
 
+std::optional<json> BatchRunner::remove(const std::string& id) {
+  const std::optional<RunRecord> r = store_.get_run(id);
+  if (!r || r->kind != "batch") return std::nullopt;
+  // Its output and error files were made by it: they go with it (the input file is the client's).
+  std::vector<std::string> files;
+  for (const char* key : {"output_file_id", "error_file_id"})
+    if (r->spec.contains(key) && r->spec[key].is_string()) files.push_back(r->spec[key].get<std::string>());
+  switch (store_.delete_run(id, "batch", files)) {
+    case agents::DeleteOutcome::NotFound: return std::nullopt;
+    case agents::DeleteOutcome::Active:
+      throw ApiError(409,
+                     "batch " + id + " is " + r->status + ": cancel it first (POST /v1/batches/" + id +
+                         "/cancel) and delete it once its status is cancelled",
+                     "invalid_request_error", "batch_not_finished", "batch_id");
+    case agents::DeleteOutcome::Deleted: break;
+  }
+  std::fprintf(stderr, "[batch:%s] DELETED\n", id.c_str());
+  return json{{"id", id}, {"object", "batch"}, {"deleted", true}, {"deleted_files", files}};
+}
+
+std::string BatchRunner::input_of_unfinished(const std::string& file_id) {
+  for (const char* st : {"validating", "in_progress", "finalizing", "cancelling"})
+    for (const RunRecord& r : store_.runs_with_status("batch", st))
+      if (r.spec.value("input_file_id", "") == file_id) return r.id;
+  return "";
+}
+
+void throw_limit_error(const agents::LimitExceeded& e, httplib::Response& res) {
+  if (e.kind == agents::LimitExceeded::Kind::Queue)
+    throw ApiError(429, e.what(), "rate_limit_error", "too_many_queued_runs");
+  // A client would retry a 5xx, but the store stays full until something is deleted.
+  res.set_header("x-should-retry", "false");
+  throw ApiError(507, e.what(), "server_error", "storage_limit_exceeded");
+}
+
 std::optional<json> BatchRunner::cancel(const std::string& id) {
   const std::optional<RunRecord> r = store_.get_run(id);
   if (!r || r->kind != "batch") return std::nullopt;
@@ -191,6 +245,7 @@ void BatchRunner::worker() {
       id = queue_.front();
       queue_.pop_front();
     }
+    ctx_.runner->return_queue_slot();
     try {
       execute(id);
     } catch (const std::exception& e) {
@@ -201,10 +256,19 @@ void BatchRunner::worker() {
 }
 
 void BatchRunner::execute(const std::string& id) {
-  RunRecord r = *store_.get_run(id);
+  const std::optional<RunRecord> rec = store_.get_run(id);
+  if (!rec) return;  // deleted while queued (it had ended: a cancelled one)
+  RunRecord r = *rec;
   const std::string endpoint = r.spec.value("endpoint", "/v1/completions");
   const Endpoint ep = endpoint_of(endpoint);
-  const std::vector<BatchLine> lines = parse_lines(*store_.file_content(r.spec.value("input_file_id", "")), endpoint);
+  const std::string input_file_id = r.spec.value("input_file_id", "");
+  const std::optional<std::string> content = store_.file_content(input_file_id);
+  if (!content) {  // deleted in the moment between the check in DELETE /v1/files and this batch's creation
+    store_.set_run_status(id, "failed", "the input file " + input_file_id + " was deleted before the batch ran");
+    std::fprintf(stderr, "[batch:%s] FAILED: its input file %s was deleted\n", id.c_str(), input_file_id.c_str());
+    return;
+  }
+  const std::vector<BatchLine> lines = parse_lines(*content, endpoint);
   std::map<std::string, StepRecord> done;  // by custom_id: finished before a restart
   for (StepRecord& st : store_.steps(id)) done.emplace(st.agent, std::move(st));
   if (r.status != "cancelling") store_.set_run_status(id, "in_progress");
@@ -296,6 +360,12 @@ void BatchRunner::execute(const std::string& id) {
         continue;
       } catch (const InvalidRequest& e) {
         record(i, 400, error_json(ApiError(400, e.what(), "invalid_request_error", "invalid_request")), f.meta.id);
+        ++next;
+        continue;
+      } catch (const nlohmann::json::exception& e) {  // a body field of the wrong type: the client's mistake
+        record(i, 400, error_json(ApiError(400, std::string("invalid request body: ") + e.what(), "invalid_request_error",
+                                           "invalid_request")),
+               f.meta.id);
         ++next;
         continue;
       }

@@ -18,9 +18,15 @@
 #include <string>
 #include <thread>
 
+#include "agents/pipeline_runner.h"
 #include "agents/run_store.h"
 #include "runtime/engine.h"
+#include "server/api_error.h"
 #include "server/http_server.h"
+
+namespace httplib {
+struct Response;
+}
 
 namespace spool::server {
 
@@ -36,12 +42,18 @@ class BatchRunner {
   void shutdown();
 
   // Validates the input file against the endpoint (throws ApiError naming the
-  // line), stores the batch and queues it; returns the batch object.
+  // line), stores the batch and queues it; returns the batch object. Throws
+  // agents::LimitExceeded when the queue or the store is full.
   nlohmann::json create(const std::string& input_file_id, const std::string& endpoint,
                         const std::string& completion_window, const nlohmann::json& metadata);
   std::optional<nlohmann::json> get(const std::string& id);
   nlohmann::json list(int limit, const std::string& after);
   std::optional<nlohmann::json> cancel(const std::string& id);
+  // DELETE /v1/batches/{id}: an ended batch with its output and error files;
+  // nullopt for an unknown id; throws ApiError 409 while it has not ended.
+  std::optional<nlohmann::json> remove(const std::string& id);
+  // The id of a batch not yet ended that reads this file ("" : none).
+  std::string input_of_unfinished(const std::string& file_id);
 
  private:
   void worker();
@@ -57,5 +69,10 @@ class BatchRunner {
   bool stopping_ = false;
   std::thread worker_;
 };
+
+// Answers a LimitExceeded of the admission caps: 429 for the queue
+// (--max-queued-runs), 507 for the store (--max-storage, with
+// x-should-retry: false, which the openai clients honour).
+[[noreturn]] void throw_limit_error(const agents::LimitExceeded& e, httplib::Response& res);
 
 }  // namespace spool::server

@@ -5,9 +5,11 @@
 //   GET  /v1/pipelines/{id}/events     SSE: start / token / output / retry / failed / done; resumable (Last-Event-ID)
 //   GET  /v1/pipelines/{id}/logs       the run's log lines
 //   POST /v1/pipelines/{id}/cancel     cancels; its engine requests (and KV blocks) are released at once
-//   PUT/GET /v1/pipeline-specs/{name}  save / fetch a validated spec; GET /v1/pipeline-specs lists names
+//   DELETE /v1/pipelines/{id}          an ended run and all it stored (409 while queued or running: cancel first)
+//   PUT/GET/DELETE /v1/pipeline-specs/{name}  save / fetch / delete a validated spec; GET /v1/pipeline-specs lists names
 // Specs are JSON, or YAML with Content-Type application/yaml.
-// A bad spec is a 400 naming the field (param) before anything is stored.
+// A bad spec is a 400 naming the field (param) before anything is stored; a
+// full queue or store is a 429 / 507 naming --max-queued-runs / --max-storage.
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -85,8 +87,30 @@ void create_run(ServerContext& ctx, const httplib::Request& req, httplib::Respon
     id = runner.submit(spec, input);
   } catch (const agents::SpecError& e) {
     throw spec_error(e);
+  } catch (const agents::LimitExceeded& e) {
+    throw_limit_error(e, res);
   }
   reply(res, {{"id", id}, {"object", "pipeline.run"}, {"status", "queued"}});
+}
+
+// DELETE /v1/pipelines/{id}: refused while the run is queued or running (cancel
+// first: deleting is never a side door to cancelling), so nothing executing
+// loses its rows under it.
+void delete_run(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  agents::PipelineRunner& runner = runner_of(ctx);
+  const std::string id = req.matches[1].str();
+  switch (runner.remove(id)) {
+    case agents::DeleteOutcome::NotFound: throw no_run(id);
+    case agents::DeleteOutcome::Active: {
+      const std::optional<agents::RunRecord> r = runner.store().get_run(id);
+      throw ApiError(409,
+                     "pipeline run " + id + " is " + (r ? r->status : std::string("running")) +
+                         ": cancel it first (POST /v1/pipelines/" + id + "/cancel), then delete it",
+                     "invalid_request_error", "run_not_finished", "id");
+    }
+    case agents::DeleteOutcome::Deleted: break;
+  }
+  reply(res, {{"id", id}, {"object", "pipeline.run"}, {"deleted", true}});
 }
 
 // SSE of the run's events from Last-Event-ID (header) or ?last_event_id; ends after "done".
@@ -157,6 +181,7 @@ void add_pipeline_routes(ServerContext& ctx) {
     if (!j) throw no_run(id);
     reply(res, *j);
   }));
+  http.Delete(R"(/v1/pipelines/([A-Za-z0-9_]+))", guarded(ctx, delete_run));
   http.Put(R"(/v1/pipeline-specs/([^/]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
     agents::PipelineRunner& runner = runner_of(c);
     const std::string name = req.matches[1].str();
@@ -169,7 +194,11 @@ void add_pipeline_routes(ServerContext& ctx) {
     } catch (const agents::SpecError& e) {
       throw spec_error(e);
     }
-    runner.save_spec(name, spec);
+    try {
+      runner.save_spec(name, spec);
+    } catch (const agents::LimitExceeded& e) {
+      throw_limit_error(e, res);
+    }
     reply(res, {{"name", name}, {"object", "pipeline.spec"}, {"spec", spec}});
   }));
   http.Get(R"(/v1/pipeline-specs/([^/]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
@@ -177,6 +206,12 @@ void add_pipeline_routes(ServerContext& ctx) {
     const std::optional<agents::SpecJson> spec = runner_of(c).store_spec(name);
     if (!spec) throw ApiError(404, "no saved pipeline spec '" + name + "'", "invalid_request_error", "not_found", "name");
     reply(res, {{"name", name}, {"object", "pipeline.spec"}, {"spec", *spec}});
+  }));
+  http.Delete(R"(/v1/pipeline-specs/([^/]+))", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches[1].str();
+    if (!runner_of(c).delete_spec(name))
+      throw ApiError(404, "no saved pipeline spec '" + name + "'", "invalid_request_error", "not_found", "name");
+    reply(res, {{"name", name}, {"object", "pipeline.spec"}, {"deleted", true}});
   }));
   http.Get("/v1/pipeline-specs", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
     reply(res, {{"object", "list"}, {"data", runner_of(c).spec_names()}});

@@ -30,6 +30,8 @@ struct ServeOptions {
   std::string kv_pool;
   int state_snapshots = 0, snapshot_interval = 256;
   int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64, max_runs = 1;
+  int max_queued_runs = 256;
+  std::string max_storage = "1G";
   size_t max_body = 8u << 20;
   int max_connections = 256, read_timeout = 5;
   size_t max_header_bytes = 32u << 10;
@@ -154,6 +156,9 @@ void serve(const ServeOptions& o) {
   spec_models.model_aliases = api.model_names();
   agents::RunnerOptions ro;
   ro.max_runs = o.max_runs;
+  if (o.max_queued_runs < 1) throw Error("--max-queued-runs must be at least 1");
+  ro.max_queued = o.max_queued_runs;
+  ro.max_storage_bytes = parse_size(o.max_storage);
   ro.kv_hints = !o.no_kv_hints;
   agents::PipelineRunner runner(store, spec_models, [&api](const std::string& name) {
     const server::ApiServer::ModelRef m = api.find_model(name);
@@ -268,6 +273,13 @@ void add_serve_command(CLI::App& app) {
                   "Durable store of pipeline runs, specs, batches (SQLite; default $XDG_DATA_HOME/spool or "
                   "~/.local/share/spool); one server per directory");
   cmd->add_option("--max-runs", o->max_runs, "Pipeline runs executing at once; later ones wait queued, in order")
+      ->capture_default_str();
+  cmd->add_option("--max-queued-runs", o->max_queued_runs,
+                  "Pipeline runs and batches waiting to start, at most; one more submission gets 429")
+      ->capture_default_str();
+  cmd->add_option("--max-storage", o->max_storage,
+                  "Bytes the data dir's store may hold (e.g. 512M, 4G); an upload, saved spec, pipeline run or batch "
+                  "that would pass it gets 507 until something is deleted (DELETE on its route)")
       ->capture_default_str();
   add_model_flags(cmd, o->model_flags);
   cmd->callback([o] { serve(*o); });
