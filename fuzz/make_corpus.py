@@ -196,6 +196,21 @@ def request_seeds(out: Path):
 def spec_seeds(src: Path, out: Path):
     for p in sorted((src / "examples/agents").glob("*")):
         put(out, "pipeline_spec", p.name, p.read_bytes())
+    # YAML anchors, aliases and merge keys: shared settings, a cycle, nested
+    # aliases that expand exponentially, and long repeated strings (issue 25).
+    laughs = "a0: &a0 [lol, lol, lol, lol]\n" + "".join(
+        f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]\n" for i in range(1, 10))
+    yaml_docs = {
+        "alias-shared.yaml": "defaults: &d {temperature: 0.2, max_tokens: 8}\nagents:\n"
+                             "  - {name: a, prompt: '{input}', sampling: *d}\n  - {name: b, prompt: '{a}', sampling: *d}\n",
+        "alias-merge.yaml": "base: &b\n  prompt: '{input}'\nagents:\n  - <<: *b\n    name: a\n  - <<: *b\n    name: b\n",
+        "alias-cycle.yaml": "a: &a [*a]\n",
+        "alias-map-cycle.yaml": "agents: &x\n  - name: a\n    prompt: *x\n",
+        "alias-laughs.yaml": laughs,
+        "alias-long.yaml": "s: &s " + "x" * 4096 + "\nagents: [*s, *s, *s, *s, *s, *s, *s, *s]\n",
+    }
+    for name, text in yaml_docs.items():
+        put(out, "pipeline_spec", name, text.encode())
 
 
 def http_seeds(out: Path):

@@ -40,6 +40,7 @@ dict_for() {
     jinja) echo fuzz/dict/jinja.dict ;;
     gguf) echo fuzz/dict/gguf.dict ;;
     http_range) echo fuzz/dict/http_range.dict ;;
+    pipeline_spec) echo fuzz/dict/yaml.dict ;;
     *) echo fuzz/dict/json.dict ;;
   esac
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <regex>
 #include <stdexcept>
+#include <vector>
 
 #include "text/unicode_util.h"
 
@@ -41,23 +42,53 @@ json scalar(const YAML::Node& n) {
   return s;
 }
 
-json convert(const YAML::Node& n) {
+// Aliases make a YAML document a graph: `a: &a [*a]` is a cycle, and a few
+// hundred bytes of nested aliases ("billion laughs") expand to billions of
+// nodes. The conversion walks the expanded tree, so it refuses cycles and
+// bounds the depth, the node count and the bytes of text it produces.
+struct Budget {
+  std::vector<YAML::Node> path;  // the nodes from the root to the current one
+  size_t nodes = 0, bytes = 0;
+};
+
+[[noreturn]] void too_big(const YAML::Node& n, const std::string& what) {
+  throw std::invalid_argument("line " + std::to_string(n.Mark().line + 1) + ", column " +
+                              std::to_string(n.Mark().column + 1) + ": " + what);
+}
+
+json convert(const YAML::Node& n, Budget& b) {
+  if (++b.nodes > kMaxYamlNodes)
+    too_big(n, "the document expands to more than " + std::to_string(kMaxYamlNodes) +
+                   " nodes (aliases repeat what they name: a spec needs far fewer)");
+  if (b.path.size() >= kMaxYamlDepth)
+    too_big(n, "the document is nested deeper than " + std::to_string(kMaxYamlDepth) + " levels");
+  for (const YAML::Node& up : b.path)
+    if (up.is(n)) too_big(n, "an alias refers to a node that contains it (a cycle)");
   switch (n.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined: return nullptr;
-    case YAML::NodeType::Scalar: return scalar(n);
+    case YAML::NodeType::Scalar:
+      b.bytes += n.Scalar().size();
+      if (b.bytes > kMaxYamlBytes)
+        too_big(n, "the document expands to more than " + std::to_string(kMaxYamlBytes) + " bytes of text");
+      return scalar(n);
     case YAML::NodeType::Sequence: {
+      b.path.push_back(n);
       json a = json::array();
-      for (const YAML::Node& e : n) a.push_back(convert(e));
+      for (const YAML::Node& e : n) a.push_back(convert(e, b));
+      b.path.pop_back();
       return a;
     }
     case YAML::NodeType::Map: {
+      b.path.push_back(n);
       json o = json::object();
       for (const auto& kv : n) {
         if (!kv.first.IsScalar())
           throw std::invalid_argument("line " + std::to_string(kv.first.Mark().line + 1) + ": a key must be a scalar");
-        o[text_of(kv.first)] = convert(kv.second);
+        b.bytes += kv.first.Scalar().size();
+        o[text_of(kv.first)] = convert(kv.second, b);
       }
+      b.path.pop_back();
       return o;
     }
   }
@@ -68,7 +99,8 @@ json convert(const YAML::Node& n) {
 
 json yaml_to_json(const std::string& text) {
   try {
-    return convert(YAML::Load(text));
+    Budget budget;
+    return convert(YAML::Load(text), budget);
   } catch (const YAML::Exception& e) {
     throw std::invalid_argument("line " + std::to_string(e.mark.line + 1) + ", column " +
                                 std::to_string(e.mark.column + 1) + ": " + e.msg);

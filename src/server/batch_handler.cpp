@@ -93,7 +93,7 @@ void delete_file(ServerContext& ctx, const httplib::Request& req, httplib::Respo
 }  // namespace
 
 void add_batch_routes(ServerContext& ctx) {
-  httplib::Server& http = ctx.http;
+  GuardedHttpServer& http = ctx.http;  // its Post/Put read bodies within --max-body
   http.Post("/v1/files", guarded(ctx, upload_file));
   http.Get("/v1/files", guarded(ctx, list_files));
   http.Delete(R"(/v1/files/([A-Za-z0-9_-]+))", guarded(ctx, delete_file));

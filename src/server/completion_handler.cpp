@@ -1,10 +1,10 @@
 // POST /v1/completions and /v1/chat/completions: validate, submit to the
 // engine, then either wait for the whole answer or stream it as SSE chunks.
-// A client that goes away is noticed when a write fails: streamed, a token
-// chunk or an SSE comment sent while nothing else is; not streamed, a request
-// still running after kSyncGrace is answered with a chunked body whose JSON
-// is preceded by a space every kKeepAliveInterval (valid JSON whitespace).
-// Its request is then cancelled so its KV blocks are freed at once.
+// A client that goes away is noticed: streamed, when a write fails (a token
+// chunk, or an SSE comment sent while nothing else is); not streamed, by
+// watching its socket for EOF while the answer is computed, so that the status
+// line waits for the outcome (200, or 504 past --request-timeout, 500 on an
+// engine failure). Its request is then cancelled so its KV blocks are freed at once.
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,9 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
-constexpr auto kKeepAliveInterval = std::chrono::milliseconds(200);
-// Non-streamed answers that take longer than this commit to status 200 and a chunked body (see above).
-constexpr auto kSyncGrace = std::chrono::milliseconds(1000);
+constexpr auto kKeepAliveInterval = std::chrono::milliseconds(200);  // SSE comments while a stream is idle
 
 RequestId submit(Engine& engine, RequestParams params, const std::shared_ptr<RequestChannel>& channel) {
   try {
@@ -128,54 +126,49 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
   }
 }
 
-struct WholeState {
-  Engine* engine = nullptr;
-  std::shared_ptr<RequestChannel> channel;
-  RequestId id = 0;
-  RequestOutcomes* outcomes = nullptr;
-  RequestDeadline deadline;
-  ResponseMeta meta;
+// Waits for a non-streamed answer on the connection's thread. Throws the
+// ApiError to answer with when the deadline passes, the engine fails or the
+// client went away (cancelling the request in each case).
+Generation wait_whole(ServerContext& ctx, Engine& engine, RequestChannel& channel, RequestId id,
+                      const RequestDeadline& deadline) {
   Generation g;
-};
-
-std::string whole_body(const WholeState& st) {
-  const TokenText text = [&](int32_t t) { return st.engine->model().tokenizer().token_to_piece(t); };
-  return dump_json(completion_response(st.meta, st.g, text));
-}
-
-// A non-streamed answer that outlived kSyncGrace: the status is already 200, so
-// an engine failure now can only be reported as an error object in the body.
-bool send_whole(WholeState& st, httplib::DataSink& sink) {
-  auto last_write = Clock::now();
-  while (!st.g.finished) {
-    for (const RequestEvent& ev : st.channel->wait(kPollInterval)) st.g.add(ev);
-    if (!st.g.finished && st.deadline.passed()) {
-      st.engine->cancel(st.id);
-      ++st.outcomes->cancelled;
-      const std::string body = dump_json(error_json(st.deadline.error()));
-      st.g.finished = true;  // nothing left to cancel when the connection ends
-      if (!sink.write(body.data(), body.size())) return false;
-      sink.done();
-      return true;
+  while (!g.finished) {
+    for (const RequestEvent& ev : channel.wait(kPollInterval)) g.add(ev);
+    if (g.finished) break;
+    if (deadline.passed()) {
+      engine.cancel(id);
+      ++ctx.outcomes.cancelled;
+      throw deadline.error();
     }
-    if (!st.g.finished && Clock::now() - last_write >= kKeepAliveInterval) {
-      last_write = Clock::now();
-      if (!sink.write(" ", 1)) {
-        st.engine->cancel(st.id);
-        st.g.finished = true;
-        ++st.outcomes->cancelled;
-        return false;
-      }
+    if (GuardedHttpServer::client_gone()) {
+      engine.cancel(id);
+      ++ctx.outcomes.cancelled;
+      GuardedHttpServer::close_after_response();
+      throw ApiError(499, "the client closed the connection", "invalid_request_error", "client_closed");
     }
   }
-  if (st.g.reason == FinishReason::Error) ++st.outcomes->failed;
-  const std::string body =
-      st.g.reason == FinishReason::Error
-          ? dump_json(error_json(ApiError(500, "generation failed: " + st.g.error, "server_error", "engine_error")))
-          : whole_body(st);
-  if (!sink.write(body.data(), body.size())) return false;
-  sink.done();
-  return true;
+  if (g.reason == FinishReason::Error) {
+    ++ctx.outcomes.failed;
+    throw ApiError(500, "generation failed: " + g.error, "server_error", "engine_error");
+  }
+  return g;
+}
+
+// A prompt whose text alone needs more tokens than the context holds is
+// refused before it is rendered or tokenized (megabytes of text would cost
+// seconds and hundreds of MB first). No token covers more than
+// max_token_bytes of input; the factor 4 leaves room for normalization
+// (NFC composes several bytes into fewer).
+void refuse_surely_too_long(const ApiRequest& api, const ServedModel& served) {
+  size_t bytes = api.prompt_text ? api.prompt_text->size() : 0;
+  for (const ChatMessage& m : api.messages) bytes += m.content.size();
+  const size_t n_ctx = (size_t)served.engine->options().n_ctx;
+  if (bytes / 4 / served.max_token_bytes <= n_ctx) return;
+  const std::string param = api.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+  throw ApiError(400,
+                 "the prompt has " + std::to_string(bytes) + " bytes of text, more tokens than the context holds (" +
+                     std::to_string(n_ctx) + "); shorten it or restart the server with a larger -c",
+                 "invalid_request_error", "context_length_exceeded", param);
 }
 
 }  // namespace
@@ -186,6 +179,7 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(req.body, nullptr, false);
   const ApiRequest api = parse_api_request(body, endpoint, ordered.is_object() ? &ordered : nullptr);
   ServedModel& served = resolve_model(ctx, api.model);
+  refuse_surely_too_long(api, served);
   RequestParams params = to_request_params(api, served.prompt_context());
 
   ResponseMeta meta;
@@ -201,36 +195,9 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   const RequestId id = submit(*served.engine, std::move(params), channel);
 
   if (!api.stream) {
-    auto st = std::make_shared<WholeState>();
-    st->engine = served.engine;
-    st->channel = channel;
-    st->id = id;
-    st->deadline = deadline;
-    st->outcomes = &ctx.outcomes;
-    st->meta = meta;
-    const auto grace_end = Clock::now() + kSyncGrace;
-    while (!st->g.finished && Clock::now() < grace_end) {
-      for (const RequestEvent& ev : channel->wait(kPollInterval)) st->g.add(ev);
-      if (!st->g.finished && deadline.passed()) {
-        served.engine->cancel(id);
-        ++ctx.outcomes.cancelled;
-        throw deadline.error();
-      }
-    }
-    if (st->g.finished) {
-      if (st->g.reason == FinishReason::Error) ++ctx.outcomes.failed;
-      if (st->g.reason == FinishReason::Error)
-        throw ApiError(500, "generation failed: " + st->g.error, "server_error", "engine_error");
-      res.set_content(whole_body(*st), "application/json");
-      return;
-    }
-    res.set_chunked_content_provider(
-        "application/json", [st](size_t, httplib::DataSink& sink) { return send_whole(*st, sink); },
-        [st](bool) {
-          if (st->g.finished) return;
-          st->engine->cancel(st->id);  // the connection ended early
-          ++st->outcomes->cancelled;
-        });
+    const Generation g = wait_whole(ctx, *served.engine, *channel, id, deadline);
+    const TokenText text = [&](int32_t t) { return served.engine->model().tokenizer().token_to_piece(t); };
+    res.set_content(dump_json(completion_response(meta, g, text)), "application/json");
     return;
   }
 

@@ -54,6 +54,9 @@ void ip_and_port(const sockaddr_storage& addr, std::string& ip, int& port) {
 // Set by a handler on the connection's worker thread: close after this response.
 thread_local bool tl_close_after_response = false;
 
+// The socket of the connection this worker thread serves (-1: none).
+thread_local int tl_socket = -1;
+
 // Set on the accepting thread while ConnectionPool hands it a connection to refuse.
 thread_local bool tl_refusing = false;
 
@@ -64,6 +67,7 @@ thread_local bool tl_refusing = false;
 void GuardedStream::start_request() {
   in_header_ = true;
   header_bytes_ = 0;
+  body_bytes_ = 0;
   header_lines_ = 0;
   tail_ = 0;
   status_ = 0;
@@ -112,8 +116,10 @@ ssize_t GuardedStream::read(char* ptr, size_t size) {
   if (status_ != 0) return -1;
   if (pos_ == len_ && !fill()) return -1;
   size_t n = std::min(size, len_ - pos_);
+  size_t header_part = 0;  // of these n bytes
   if (in_header_) {
     // Count up to the end of the header; the bytes after it are the body's.
+    header_part = n;
     for (size_t i = 0; i < n; ++i) {
       const unsigned char c = (unsigned char)buf_[pos_ + i];
       tail_ = (tail_ << 8) | c;
@@ -121,6 +127,7 @@ ssize_t GuardedStream::read(char* ptr, size_t size) {
       if (c == '\n') {
         if (tail_ == 0x0d0a0d0a || (tail_ & 0xffff) == 0x0a0a) {  // blank line: the header is complete
           in_header_ = false;
+          header_part = i + 1;
           deadline_ = Clock::now() + std::chrono::seconds(limits_.body_timeout_s);
           break;
         }
@@ -130,6 +137,14 @@ ssize_t GuardedStream::read(char* ptr, size_t size) {
     if (in_header_ && (header_bytes_ > limits_.max_header_bytes || header_lines_ > limits_.max_header_lines + 1)) {
       status_ = 431;
       header_failed_ = true;
+      return -1;
+    }
+  }
+  if (!in_header_) {
+    // Whatever the framing (chunked, compressed), the body's wire bytes are bounded here.
+    body_bytes_ += n - header_part;
+    if (body_bytes_ > limits_.max_body_wire_bytes()) {
+      status_ = 413;
       return -1;
     }
   }
@@ -307,6 +322,82 @@ bool GuardedHttpServer::wait_for_request(int sock) {
 
 void GuardedHttpServer::close_after_response() { tl_close_after_response = true; }
 
+bool GuardedHttpServer::client_gone() {
+  if (tl_socket < 0) return false;
+  pollfd p{tl_socket, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) return true;
+  char c;
+  // Readable: either more bytes from the client (it is still there) or EOF.
+  const ssize_t n = ::recv(tl_socket, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+httplib::Server::HandlerWithContentReader GuardedHttpServer::read_body_then(Handler handler) {
+  return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res,
+                                              const httplib::ContentReader& reader) {
+    const size_t max = limits_.max_body_bytes;
+    const auto refuse = [&](int status, const std::string& why) {
+      close_after_response();  // what is left of the body must not be read as the next request
+      if (body_error) body_error(res, status, why);
+      else res.status = status;
+    };
+    if (req.has_header("Content-Length") && req.get_header_value<uint64_t>("Content-Length") > max)
+      return refuse(413, "");  // refused before reading a byte of it
+    // httplib's own reading sets Request::body and files; here the reader's
+    // output goes into the same fields, counted as it is decoded.
+    auto& r = const_cast<httplib::Request&>(req);
+    size_t total = 0;
+    bool over = false;
+    const auto count = [&](size_t n) {
+      total += n;
+      over = over || total > max;
+      return !over;
+    };
+    bool ok;
+    if (req.is_multipart_form_data()) {
+      std::vector<httplib::MultipartFormData> parts;
+      ok = reader(
+          [&](const httplib::MultipartFormData& part) {
+            parts.push_back(part);
+            return count(part.name.size() + part.filename.size() + part.content_type.size());
+          },
+          [&](const char* data, size_t n) {
+            if (!count(n) || parts.empty()) return false;
+            parts.back().content.append(data, n);
+            return true;
+          });
+      for (httplib::MultipartFormData& p : parts) r.files.emplace(p.name, std::move(p));
+    } else {
+      ok = reader([&](const char* data, size_t n) {
+        if (!count(n)) return false;
+        r.body.append(data, n);
+        return true;
+      });
+    }
+    if (over) return refuse(413, "");
+    if (!ok) {
+      const int status = res.status == 415 ? 415 : 400;  // httplib's 415: a Content-Encoding it cannot decode
+      return refuse(status, status == 415 ? "the request body's Content-Encoding is not supported (send it "
+                                            "uncompressed, or as gzip or deflate)"
+                                          : "the request body could not be read: its chunked framing, multipart "
+                                            "form or compressed data is malformed, or it ended early");
+    }
+    res.status = -1;  // as httplib leaves it for a handler
+    handler(req, res);
+  };
+}
+
+GuardedHttpServer& GuardedHttpServer::Post(const std::string& pattern, Handler handler) {
+  httplib::Server::Post(pattern, read_body_then(std::move(handler)));
+  return *this;
+}
+
+GuardedHttpServer& GuardedHttpServer::Put(const std::string& pattern, Handler handler) {
+  httplib::Server::Put(pattern, read_body_then(std::move(handler)));
+  return *this;
+}
+
 bool GuardedHttpServer::process_and_close_socket(int sock) {
   if (tl_refusing) {
     refuse_later(sock);
@@ -319,6 +410,7 @@ bool GuardedHttpServer::process_and_close_socket(int sock) {
     // buffer (a body a 401 did not need) is dropped with it.
     GuardedStream strm(sock, limits_);
     strm.start_request();
+    tl_socket = sock;
     bool closed = false;
     tl_close_after_response = false;
     ret = process_request(strm, left == 1, closed, nullptr);
@@ -333,6 +425,7 @@ bool GuardedHttpServer::process_and_close_socket(int sock) {
     // After a header that never completed (httplib answered 400), nothing good follows on this connection.
     if (!ret || closed || strm.header_failed()) break;
   }
+  tl_socket = -1;
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
   return ret;

@@ -12,8 +12,13 @@
 //   time; one more is answered 503 with Retry-After by a small refuser thread
 //   and closed, so a flood of connections gets a quick, bounded answer instead of
 //   an ever longer wait.
-// Everything after the header (routes, bodies, responses) is httplib's
-// process_request as before.
+// - Request bodies: httplib 0.11 bounds only a Content-Length body by its
+//   payload limit; a chunked or gzip-encoded one grows without end. Post/Put
+//   here register the handler behind a content reader that stops at
+//   max_body_bytes of decoded bytes (413, connection closed), and the stream
+//   refuses more than max_body_wire_bytes of body on the wire, so no framing
+//   buffers more than about the limit.
+// Everything else (routes, responses) is httplib's process_request as before.
 #pragma once
 
 #include <httplib.h>
@@ -47,6 +52,10 @@ struct ConnectionLimits {
   int keep_alive_timeout_s = 6;
   int keep_alive_advertised_s = 2;
   size_t keep_alive_max_requests = 100; // then it closes
+  size_t max_body_bytes = 8u << 20;     // a request body after decoding (chunked, gzip)
+  // The body's bytes on the wire (chunk framing included); past it the stream
+  // fails and the client gets 413. Above max_body_bytes to leave room for framing.
+  size_t max_body_wire_bytes() const { return max_body_bytes + max_body_bytes / 4 + (64u << 10); }
 };
 
 // A plain socket stream with a read buffer that, until the blank line ending a
@@ -57,7 +66,8 @@ class GuardedStream : public httplib::Stream {
   GuardedStream(int sock, const ConnectionLimits& limits) : sock_(sock), limits_(limits) {}
   // Before each request: header accounting starts again, the deadline from now.
   void start_request();
-  // 0: fine; 431 or 408 once a header limit tripped, 408 once the body's deadline passed.
+  // 0: fine; 431 or 408 once a header limit tripped, 408 once the body's deadline passed,
+  // 413 once the body passed max_body_wire_bytes.
   int status() const { return status_; }
   bool body_timed_out() const { return status_ == 408 && !in_header_; }
   // The header ended early: a read timed out, the peer closed, or a limit tripped.
@@ -81,6 +91,7 @@ class GuardedStream : public httplib::Stream {
   size_t pos_ = 0, len_ = 0;
   bool in_header_ = true;
   size_t header_bytes_ = 0;
+  size_t body_bytes_ = 0;  // read after the header
   int header_lines_ = 0;
   uint32_t tail_ = 0;  // last 4 header bytes, for the blank line
   std::chrono::steady_clock::time_point deadline_{};
@@ -152,9 +163,24 @@ class GuardedHttpServer : public httplib::Server {
   // request answered before its body was read, e.g. a 401, would otherwise
   // leave that body to be parsed as the next request).
   static void close_after_response();
+  // From a handler: whether the client of this worker's connection has closed
+  // it (EOF or reset seen without reading what it may still send).
+  static bool client_gone();
+
+  // httplib's Post/Put, hidden: the handler runs after the body has been read
+  // into req.body (multipart parts into req.files) through a content reader
+  // that counts decoded bytes. A body over max_body_bytes, or one that cannot
+  // be read (bad chunk framing, corrupt gzip, unknown Content-Encoding), is
+  // answered through body_error and the connection closed. Call these through
+  // a GuardedHttpServer&, not an httplib::Server&.
+  GuardedHttpServer& Post(const std::string& pattern, Handler handler);
+  GuardedHttpServer& Put(const std::string& pattern, Handler handler);
+  // Writes the error response for a body refused with `status` (413, 400, 415).
+  std::function<void(httplib::Response& res, int status, const std::string& why)> body_error;
 
  private:
   bool process_and_close_socket(int sock) override;
+  HandlerWithContentReader read_body_then(Handler handler);
   void refuser_loop();
   bool wait_for_request(int sock);
 

@@ -12,6 +12,7 @@
 #include "server/auth.h"
 #include "server/connection_guard.h"
 #include "server/openai_format.h"
+#include "server/request_policy.h"
 #include "server/server_context.h"
 #include "server/stats_handler.h"
 #include "server/ui_assets.h"
@@ -37,6 +38,11 @@ void reply_json(httplib::Response& res, const json& j) { res.set_content(dump_js
 
 json model_object(const ServerContext& ctx, const ServedModel& sm) {
   const Model& m = sm.engine->model();
+  // A model is also named by its path, but the list does not show where the
+  // file lives on this machine: only names without a directory.
+  json aliases = json::array();
+  for (const std::string& a : sm.aliases)
+    if (a.find('/') == std::string::npos) aliases.push_back(a);
   return json{{"id", sm.id},
               {"object", "model"},
               {"created", (int64_t)ctx.created},
@@ -49,7 +55,7 @@ json model_object(const ServerContext& ctx, const ServedModel& sm) {
                 {"n_ctx_train", m.config().n_ctx_train},
                 {"n_vocab", m.config().n_vocab},
                 {"chat_template", sm.chat_template != nullptr},
-                {"aliases", sm.aliases}}}};
+                {"aliases", aliases}}}};
 }
 
 void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -82,7 +88,7 @@ void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib:
   for (const json& t : *tokens) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
       throw bad_param("tokens", "token ids must be integers in [0, " + std::to_string(tok.n_vocab()) + "), got " +
-                                    t.dump());
+                                    (t.is_number() ? t.dump() : std::string("a JSON ") + t.type_name()));
     ids.push_back((int32_t)t.get<int64_t>());
   }
   reply_json(res, {{"content", tok.decode(ids)}});
@@ -91,7 +97,13 @@ void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib:
 // Bodies for errors httplib raises itself (no route, body too large).
 ApiError error_for_status(const httplib::Request& req, int status, const ServerOptions& o) {
   switch (status) {
-    case 404: return ApiError(404, "no route " + req.method + " " + req.path, "invalid_request_error", "not_found");
+    case 404:
+      if (req.path == "/v1/responses" || req.path.rfind("/v1/responses/", 0) == 0)
+        return ApiError(404,
+                        "the Responses API (" + req.method + " /v1/responses) is not implemented by this server yet; "
+                        "use /v1/chat/completions (clients: the chat-completions mode of your SDK)",
+                        "invalid_request_error", "not_found");
+      return ApiError(404, "no route " + req.method + " " + req.path.substr(0, 512), "invalid_request_error", "not_found");
     case 413:
       return ApiError(413, "the request body is larger than the server's limit of " + std::to_string(o.max_body_bytes) +
                                " bytes (--max-body)",
@@ -123,7 +135,7 @@ ApiError error_for_status(const httplib::Request& req, int status, const ServerO
 }
 
 void add_routes(ServerContext& ctx) {
-  httplib::Server& http = ctx.http;
+  GuardedHttpServer& http = ctx.http;  // its Post/Put read bodies within --max-body
   http.Get("/health", guarded(ctx, [](ServerContext&, const httplib::Request&, httplib::Response& res) {
     reply_json(res, {{"status", "ok"}});
   }));
@@ -165,40 +177,119 @@ void add_routes(ServerContext& ctx) {
   add_ui_routes(ctx);
 }
 
+// Refuses a request from the pre-routing hook. A body it may carry is never
+// read: the connection closes after the answer.
+httplib::Server::HandlerResponse refuse(httplib::Response& res, const ApiError& e) {
+  res.set_header("Connection", "close");
+  GuardedHttpServer::close_after_response();
+  write_error(res, e);
+  return httplib::Server::HandlerResponse::Handled;
+}
+
+// httplib compresses JSON replies with brotli at its default quality 11 when
+// the client accepts it (every browser): ~150 ms of one core for a 50 KB body.
+// gzip costs a few ms for the same body, so the server offers gzip only. The
+// Request is httplib's own, non-const object; the header rewrite happens
+// before any handler reads it.
+void drop_brotli(const httplib::Request& req) {
+  auto enc = req.headers.find("Accept-Encoding");
+  if (enc == req.headers.end() || enc->second.find("br") == std::string::npos) return;
+  std::string v;
+  for (size_t i = 0; i <= enc->second.size();) {
+    size_t j = enc->second.find(',', i);
+    if (j == std::string::npos) j = enc->second.size();
+    std::string item = enc->second.substr(i, j - i);
+    const size_t b = item.find_first_not_of(' ');
+    if (b != std::string::npos && item.compare(b, 2, "br") != 0) v += (v.empty() ? "" : ",") + item.substr(b);
+    i = j + 1;
+  }
+  const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
+  const_cast<httplib::Request&>(req).headers.emplace("Accept-Encoding", v);
+}
+
+bool has_body(const httplib::Request& req) {
+  return req.get_header_value<uint64_t>("Content-Length") > 0 || req.has_header("Transfer-Encoding");
+}
+
+// Host and Origin (request_policy.h). Returns an error to answer, or nullopt;
+// an allowed foreign origin gets its CORS headers here, and its preflight an answer.
+std::optional<ApiError> check_origin_and_host(const ServerContext& ctx, const httplib::Request& req,
+                                              httplib::Response& res, bool& preflight_answered) {
+  const ServerOptions& o = ctx.options;
+  const std::string host = req.get_header_value("Host");
+  if (o.api_key.empty() && req.has_header("Host") && !host_allowed(host, o.allowed_hosts))
+    return ApiError(403,
+                    "this server answers Host names localhost, 127.0.0.1 and [::1] only, not '" + host.substr(0, 256) +
+                        "' (a protection against DNS rebinding); start it with --allowed-host NAME to serve another "
+                        "name, or with an API key",
+                    "invalid_request_error", "host_not_allowed");
+  if (!req.has_header("Origin")) return std::nullopt;
+  const std::string origin = req.get_header_value("Origin");
+  if (origin_is_own(origin, host)) return std::nullopt;
+  if (!origin_listed(origin, o.cors_origins))
+    return ApiError(403,
+                    "requests from web pages of origin '" + origin.substr(0, 256) +
+                        "' are refused; start the server with --cors-origin " + origin.substr(0, 256) +
+                        " to allow that origin",
+                    "invalid_request_error", "origin_not_allowed");
+  res.set_header("Access-Control-Allow-Origin", origin);
+  res.set_header("Vary", "Origin");
+  if (req.method == "OPTIONS") {
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, OpenAI-Organization, "
+                                                   "OpenAI-Project, X-Stainless-Lang, X-Stainless-Package-Version, "
+                                                   "X-Stainless-OS, X-Stainless-Arch, X-Stainless-Runtime, "
+                                                   "X-Stainless-Runtime-Version, X-Stainless-Retry-Count, "
+                                                   "X-Stainless-Timeout");
+    res.set_header("Access-Control-Max-Age", "600");
+    preflight_answered = true;
+  }
+  return std::nullopt;
+}
+
+// A body must come with a media type its route reads (415 otherwise); a
+// POST/PUT with neither Content-Length nor Transfer-Encoding has an empty body
+// (RFC 9112 6.3), which httplib would otherwise wait for until the connection closed.
+std::optional<ApiError> check_body_type(const httplib::Request& req) {
+  const bool writes = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
+  if (writes && !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+    const_cast<httplib::Request&>(req).headers.emplace("Content-Length", "0");
+    return std::nullopt;
+  }
+  if (!has_body(req)) return std::nullopt;
+  const BodyTypes types = body_types_for(req.method, req.path);
+  const std::string media = media_type(req.get_header_value("Content-Type"));
+  if (body_type_accepted(media, types)) return std::nullopt;
+  const char* takes = types == BodyTypes::JsonOrYaml        ? "application/json or application/yaml"
+                      : types == BodyTypes::JsonOrMultipart ? "multipart/form-data"
+                                                            : "application/json";
+  return ApiError(415,
+                  "the request body must be sent with Content-Type: " + std::string(takes) + " (got '" +
+                      media.substr(0, 128) + "')",
+                  "invalid_request_error", "unsupported_media_type");
+}
+
 void add_hooks(ServerContext& ctx) {
   ctx.http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-    // httplib compresses JSON replies with brotli at its default quality 11
-    // when the client accepts it (every browser): ~150 ms of one core for a
-    // 50 KB body. gzip costs a few ms for the same body, so the server offers
-    // gzip only. The Request is httplib's own, non-const object; the header
-    // rewrite happens before any handler reads it.
-    auto enc = req.headers.find("Accept-Encoding");
-    if (enc != req.headers.end() && enc->second.find("br") != std::string::npos) {
-      std::string v;
-      for (size_t i = 0; i <= enc->second.size();) {
-        size_t j = enc->second.find(',', i);
-        if (j == std::string::npos) j = enc->second.size();
-        std::string item = enc->second.substr(i, j - i);
-        const size_t b = item.find_first_not_of(' ');
-        if (b != std::string::npos && item.compare(b, 2, "br") != 0) v += (v.empty() ? "" : ",") + item.substr(b);
-        i = j + 1;
+    drop_brotli(req);
+    bool preflight_answered = false;
+    if (std::optional<ApiError> e = check_origin_and_host(ctx, req, res, preflight_answered)) return refuse(res, *e);
+    if (preflight_answered) return httplib::Server::HandlerResponse::Handled;
+    const bool needs_key = !ctx.options.api_key.empty() && req.path != "/health" && !is_ui_path(req.path);
+    if (needs_key) {
+      const std::optional<std::string> token = bearer_token(req.get_header_value("Authorization"));
+      if (!token || !keys_equal(*token, ctx.options.api_key)) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        const ApiError e(401, token ? "invalid API key" : "missing API key: send the header 'Authorization: Bearer KEY'",
+                         "authentication_error", "invalid_api_key");
+        if (has_body(req)) return refuse(res, e);  // its body is never read
+        write_error(res, e);
+        return httplib::Server::HandlerResponse::Handled;
       }
-      const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
-      const_cast<httplib::Request&>(req).headers.emplace("Accept-Encoding", v);
     }
-    if (ctx.options.api_key.empty() || req.path == "/health" || is_ui_path(req.path)) return httplib::Server::HandlerResponse::Unhandled;
-    const std::optional<std::string> token = bearer_token(req.get_header_value("Authorization"));
-    if (token && keys_equal(*token, ctx.options.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("WWW-Authenticate", "Bearer");
-    if (req.get_header_value<uint64_t>("Content-Length") > 0 || req.has_header("Transfer-Encoding")) {
-      // Answered before its body was read: close rather than parse that body as the next request.
-      res.set_header("Connection", "close");
-      GuardedHttpServer::close_after_response();
-    }
-    write_error(res, ApiError(401,
-                              token ? "invalid API key" : "missing API key: send the header 'Authorization: Bearer KEY'",
-                              "authentication_error", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
+    if (std::optional<ApiError> e = check_body_type(req)) return refuse(res, *e);
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   ctx.http.set_error_handler(
       httplib::Server::HandlerWithResponse([&ctx](const httplib::Request& req, httplib::Response& res) {
@@ -254,6 +345,7 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
   limits.header_timeout_s = std::max(1, ctx_->options.header_timeout_s);
   limits.body_timeout_s = std::max(1, ctx_->options.body_timeout_s);
   limits.read_timeout_s = std::max(1, ctx_->options.read_timeout_s);
+  limits.max_body_bytes = ctx_->options.max_body_bytes;
   http.set_limits(limits);
   http.refusal_body = [ctx = ctx_.get()](int status, bool in_body) {
     if (status == 408 && in_body)
@@ -264,6 +356,11 @@ ApiServer::ApiServer(Engine& engine, ServerOptions options) : ctx_(std::make_uni
   };
   http.on_refusal = [ctx = ctx_.get()](int status) { ctx->counters.count(status); };
   http.set_payload_max_length(ctx_->options.max_body_bytes);
+  http.body_error = [ctx = ctx_.get()](httplib::Response& res, int status, const std::string& why) {
+    write_error(res, why.empty() ? error_for_status(httplib::Request{}, status, ctx->options)
+                                 : ApiError(status, why, "invalid_request_error",
+                                            status == 415 ? "unsupported_media_type" : "bad_request"));
+  };
   ctx_->http.set_tcp_nodelay(true);
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second server bind a port in use.
   ctx_->http.set_socket_options([ctx = ctx_.get()](int sock) {
@@ -298,6 +395,8 @@ void ApiServer::add_model(Engine& engine, const std::string& id, const std::vect
   m->aliases = aliases;
   m->engine = &engine;
   m->grammars = std::make_unique<grammar::GrammarCache>(engine.model().tokenizer());
+  const Tokenizer& tok = engine.model().tokenizer();
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) m->max_token_bytes = std::max(m->max_token_bytes, tok.token_text(id).size());
   const std::string source = chat_template_source(engine.model().file());
   if (!source.empty()) {
     try {

@@ -48,6 +48,13 @@ struct ServerOptions {
   // A completion request still unfinished this long after it arrived is cancelled (its KV
   // blocks freed) and answered with a 504 error (code request_timeout); 0: no limit.
   double request_timeout_s = 0;
+  // Host header names answered besides loopback ones when there is no API key
+  // (--allowed-host; "*": any). Others get 403: DNS-rebinding protection.
+  std::vector<std::string> allowed_hosts;
+  // Origins (scheme://host[:port]) of web pages allowed to call the API, with
+  // CORS headers (--cors-origin; "*": any). A request from any other origin
+  // but the server's own gets 403.
+  std::vector<std::string> cors_origins;
 };
 
 class ApiServer {

@@ -7,7 +7,8 @@
 //   POST /v1/pipelines/{id}/cancel     cancels; its engine requests (and KV blocks) are released at once
 //   DELETE /v1/pipelines/{id}          an ended run and all it stored (409 while queued or running: cancel first)
 //   PUT/GET/DELETE /v1/pipeline-specs/{name}  save / fetch / delete a validated spec; GET /v1/pipeline-specs lists names
-// Specs are JSON, or YAML with Content-Type application/yaml.
+// Specs are JSON, or YAML with Content-Type application/yaml, application/x-yaml
+// or text/yaml exactly (any other type is refused with 415 before the body is read).
 // A bad spec is a 400 naming the field (param) before anything is stored; a
 // full queue or store is a 429 / 507 naming --max-queued-runs / --max-storage.
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "agents/pipeline_runner.h"
 #include "agents/spec_yaml.h"
 #include "server/openai_format.h"
+#include "server/request_policy.h"
 #include "server/server_context.h"
 
 namespace spool::server {
@@ -44,7 +46,7 @@ ApiError no_run(const std::string& id) {
 // (application/yaml, application/x-yaml, text/yaml).
 // Keys keep their order (agents::SpecJson).
 agents::SpecJson parse_spec_body(const httplib::Request& req) {
-  if (req.get_header_value("Content-Type").find("yaml") == std::string::npos) {
+  if (!is_yaml_media_type(media_type(req.get_header_value("Content-Type")))) {
     parse_json_body(req);  // the errors of every JSON route
     return agents::SpecJson::parse(req.body);
   }
@@ -155,7 +157,7 @@ void stream_events(ServerContext& ctx, const httplib::Request& req, httplib::Res
 }  // namespace
 
 void add_pipeline_routes(ServerContext& ctx) {
-  httplib::Server& http = ctx.http;
+  GuardedHttpServer& http = ctx.http;  // its Post/Put read bodies within --max-body
   http.Post("/v1/pipelines", guarded(ctx, create_run));
   http.Get("/v1/pipelines", guarded(ctx, [](ServerContext& c, const httplib::Request& req, httplib::Response& res) {
     const int limit = limit_param(req, 20, 1000);

@@ -27,6 +27,10 @@ struct ServedModel {
   Engine* engine = nullptr;
   std::unique_ptr<ChatTemplate> chat_template;  // null: the model has none
   std::unique_ptr<grammar::GrammarCache> grammars;  // compiled grammars for this model's vocabulary
+  // The longest vocabulary entry in bytes: no token stands for more input than
+  // this (times a margin for normalization), so a prompt this many times
+  // longer than the context is refused before it is tokenized.
+  size_t max_token_bytes = 1;
   PromptContext prompt_context() const {
     return PromptContext{&engine->model().tokenizer(), chat_template.get(), engine->options().n_ctx, grammars.get()};
   }

@@ -44,7 +44,7 @@ test('a system message and multi-turn history go through the template', async ()
   ];
   const r = await client.chat.completions.create({ messages, max_tokens: 8, temperature: 0 });
   const tok = await (await fetch(`${server.url}/tokenize`, {
-    method: 'POST',
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({
       content: '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n' +
         '<|im_start|>user\nHow are you?<|im_end|>\n<|im_start|>assistant\n',
@@ -71,7 +71,7 @@ test('streamed chat: role first, content deltas, finish, usage, [DONE]', async (
   assert.equal(last.usage.prompt_tokens, whole.usage.prompt_tokens);
   // The raw stream ends with data: [DONE].
   const raw = await fetch(`${server.url}/v1/chat/completions`, {
-    method: 'POST',
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({ ...body, stream: true }),
   });
   assert.match(raw.headers.get('content-type'), /text\/event-stream/);

@@ -157,12 +157,12 @@ test('cancel mid-stream frees the request and its KV blocks', async () => {
 });
 
 test('tokenize and detokenize', async () => {
-  const t = await fetch(`${server.url}/tokenize`, { method: 'POST', body: JSON.stringify({ content: 'Once upon a time' }) });
+  const t = await fetch(`${server.url}/tokenize`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ content: 'Once upon a time' }) });
   assert.equal(t.status, 200);
   const { tokens } = await t.json();
   assert.equal(tokens.length, 4);
   assert.ok(tokens.every(Number.isInteger));
-  const d = await fetch(`${server.url}/detokenize`, { method: 'POST', body: JSON.stringify({ tokens }) });
+  const d = await fetch(`${server.url}/detokenize`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ tokens }) });
   assert.equal((await d.json()).content.trim(), 'Once upon a time');
   // Token-id prompts give the same answer as the text.
   const withBos = [1, ...tokens];

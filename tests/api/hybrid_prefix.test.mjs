@@ -22,7 +22,7 @@ after(async () => {
 });
 
 async function tokenize(server, content) {
-  const r = await fetch(`${server.url}/tokenize`, { method: 'POST', body: JSON.stringify({ content, add_special: true }) });
+  const r = await fetch(`${server.url}/tokenize`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ content, add_special: true }) });
   return (await r.json()).tokens;
 }
 

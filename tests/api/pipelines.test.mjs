@@ -260,7 +260,7 @@ test('bad specs get a 400 naming the field, and nothing is stored', async () => 
 
 test('events stream as SSE and resume after Last-Event-ID; saved specs run by name', async () => {
   const put = await fetch(`${server.url}/v1/pipeline-specs/two-step`, {
-    method: 'PUT',
+    method: 'PUT', headers: { 'Content-Type': 'application/json' },
     body: JSON.stringify({ temperature: 0, max_tokens: 6, agents: [{ name: 'x', prompt: '{input}' }, { name: 'y', prompt: '{previous}' }] }),
   });
   assert.equal(put.status, 200);

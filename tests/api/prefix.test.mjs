@@ -13,7 +13,7 @@ before(async () => {
 after(async () => server && (await server.stop()));
 
 async function tokenize(content) {
-  const r = await fetch(`${server.url}/tokenize`, { method: 'POST', body: JSON.stringify({ content, add_special: true }) });
+  const r = await fetch(`${server.url}/tokenize`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ content, add_special: true }) });
   return (await r.json()).tokens;
 }
 

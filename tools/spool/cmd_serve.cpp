@@ -24,7 +24,7 @@ namespace spool::cli {
 namespace {
 
 struct ServeOptions {
-  std::vector<std::string> models;
+  std::vector<std::string> models, allowed_hosts, cors_origins;
   std::string host = "127.0.0.1", api_key, api_key_file, data_dir;
   bool no_prefix_cache = false, no_kv_hints = false;
   std::string kv_pool;
@@ -141,6 +141,8 @@ void serve(const ServeOptions& o) {
   so.header_timeout_s = o.header_timeout;
   so.body_timeout_s = o.body_timeout;
   so.request_timeout_s = o.request_timeout;
+  so.allowed_hosts = o.allowed_hosts;
+  so.cors_origins = o.cors_origins;
   const auto aliases_of = [](const Loaded& l) {
     std::vector<std::string> a{l.path};
     if (l.id != model_id_of(l.path)) a.push_back(model_id_of(l.path));
@@ -214,7 +216,15 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", o->host, "Address to listen on (anything but loopback needs an API key)")->capture_default_str();
   cmd->add_option("--port", o->port, "Port (0: any free port, printed at start)")->capture_default_str();
   cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
-  cmd->add_option("--api-key-file", o->api_key_file, "Read the API key from the first line of this file");
+  cmd->add_option("--api-key-file", o->api_key_file,
+                  "Read the API key from the first line of this file (a key given with --api-key shows in ps)");
+  cmd->add_option("--allowed-host", o->allowed_hosts,
+                  "Without an API key the server answers only requests whose Host header is localhost, "
+                  "127.0.0.0/8 or [::1] (any port), so that a DNS-rebinding web page cannot read it; this "
+                  "adds a name (e.g. one a reverse proxy forwards; '*': any). Repeatable");
+  cmd->add_option("--cors-origin", o->cors_origins,
+                  "Let web pages of this origin (scheme://host[:port]; '*': any) call the API, with CORS "
+                  "headers; requests from any other origin but the server's own get 403. Repeatable");
   cmd->add_option("--parallel", o->parallel, "Requests decoded together at most")->capture_default_str();
   cmd->add_option("-c,--ctx-size", o->n_ctx, "Context per request in tokens (default: model's, at most 4096)");
   cmd->add_option("-t,--threads", o->n_threads, "Threads (default: all cores)");
