@@ -12,6 +12,10 @@
 #include <cerrno>
 #include <chrono>
 
+#ifndef POLLRDHUP  // Linux only: elsewhere a peer's close shows as readable with nothing to read
+#define POLLRDHUP 0
+#endif
+
 namespace spool::server {
 
 namespace {

@@ -41,7 +41,7 @@ test('headers over --max-header-bytes or --max-headers get 431; under them the r
 });
 
 test('an endless header is cut off with 431, not read into memory', async () => {
-  const head = 'GET /health HTTP/1.1\r\nHost: x\r\n';
+  const head = 'GET /health HTTP/1.1\r\nHost: localhost\r\n';
   const chunks = [head, ...Array.from({ length: 400 }, (_, i) => `X-Flood-${i}: ${'z'.repeat(1000)}\r\n`)];
   const t0 = Date.now();
   const r = await rawRequest(server.url, null, { chunks });
@@ -66,7 +66,7 @@ test('a header trickled slower than --header-timeout gets 408 at the deadline', 
 test('a body trickled slower than --body-timeout gets 408 at the deadline', async () => {
   const t0 = Date.now();
   const h = await holdOpen(server.url,
-    'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{');
+    'POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{');
   const timer = setInterval(() => h.sock.writable && h.sock.write(' '), 200);
   const closedAt = await h.closed;
   clearInterval(timer);
@@ -147,7 +147,7 @@ test('max_tokens 0 and 2^31 get 400; 2^31-1 is clamped to the context', async ()
 
 test('a client that sends half a body and vanishes frees its worker', async () => {
   const h = await holdOpen(server.url,
-    'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"prompt":');
+    'POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"prompt":');
   h.sock.destroy();
   const r = await rawRequest(server.url, httpText('GET', '/health'));
   assert.equal(r.status, 200);

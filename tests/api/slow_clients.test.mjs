@@ -23,7 +23,7 @@ function halfHeader(url) {
   const { hostname, port } = new URL(url);
   return new Promise((resolve, reject) => {
     const sock = net.connect({ host: hostname, port: Number(port) }, () => {
-      sock.write('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty');
+      sock.write('POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Ty');
       sock.on('data', () => {});  // read the server's 400 so that its close is seen
       const closed = new Promise((r) => sock.on('close', () => r(Date.now())));
       resolve({ sock, closed });
