@@ -38,6 +38,10 @@ class Stmt {
     return *this;
   }
   Stmt& bind(int i, int v) { return bind(i, (int64_t)v); }
+  Stmt& bind_blob(int i, const void* data, size_t n) {
+    sqlite3_bind_blob(st_, i, n ? data : "", (int)n, SQLITE_TRANSIENT);
+    return *this;
+  }
   Stmt& bind(int i, double v) {
     sqlite3_bind_double(st_, i, v);
     return *this;
@@ -53,6 +57,10 @@ class Stmt {
   std::string text(int c) const {
     const unsigned char* p = sqlite3_column_text(st_, c);
     return p ? std::string(reinterpret_cast<const char*>(p), (size_t)sqlite3_column_bytes(st_, c)) : std::string();
+  }
+  std::string blob(int c) const {
+    const void* p = sqlite3_column_blob(st_, c);
+    return p ? std::string(static_cast<const char*>(p), (size_t)sqlite3_column_bytes(st_, c)) : std::string();
   }
   int64_t i64(int c) const { return sqlite3_column_int64(st_, c); }
   double real(int c) const { return sqlite3_column_double(st_, c); }
@@ -81,7 +89,24 @@ CREATE TABLE IF NOT EXISTS files(
   id TEXT PRIMARY KEY, filename TEXT NOT NULL, purpose TEXT NOT NULL, bytes INTEGER NOT NULL, created_at REAL NOT NULL,
   content BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS event_marks(run_id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS responses(
+  id TEXT PRIMARY KEY, status TEXT NOT NULL, body TEXT NOT NULL, context TEXT NOT NULL, tokens BLOB NOT NULL,
+  created_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS responses_by_status ON responses(status);
+CREATE TABLE IF NOT EXISTS response_items(
+  item_id TEXT PRIMARY KEY, response_id TEXT NOT NULL, body TEXT NOT NULL, tokens BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS response_items_by_response ON response_items(response_id);
 )SQL";
+
+// Token ids as a blob of little-endian int32 (the machines we build for are little-endian).
+std::string token_blob(const std::vector<int32_t>& ids) {
+  return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t));
+}
+std::vector<int32_t> blob_tokens(const std::string& b) {
+  std::vector<int32_t> ids(b.size() / sizeof(int32_t));
+  if (!ids.empty()) std::memcpy(ids.data(), b.data(), ids.size() * sizeof(int32_t));
+  return ids;
+}
 
 bool ended(const std::string& status) {
   return status == "completed" || status == "failed" || status == "cancelled" || status == "expired";
@@ -526,6 +551,77 @@ bool RunStore::delete_file(const std::string& id) {
   const bool deleted = sqlite3_changes(db_) > 0;
   if (deleted) reclaim();
   return deleted;
+}
+
+void RunStore::put_response(const ResponseRecord& r, const std::vector<ResponseItemRecord>& items) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exec("BEGIN IMMEDIATE");
+  try {
+    const std::string tokens = token_blob(r.tokens);
+    Stmt(db_, "INSERT OR REPLACE INTO responses(id, status, body, context, tokens, created_at) VALUES(?1,?2,?3,?4,?5,?6)")
+        .bind(1, r.id).bind(2, r.status).bind(3, r.body.dump(-1, ' ', false, json::error_handler_t::replace))
+        .bind(4, r.context.dump(-1, ' ', false, json::error_handler_t::replace))
+        .bind_blob(5, tokens.data(), tokens.size()).bind(6, r.created_at > 0 ? r.created_at : unix_now()).run();
+    for (const ResponseItemRecord& it : items) {
+      const std::string t = token_blob(it.tokens);
+      Stmt(db_, "INSERT OR IGNORE INTO response_items(item_id, response_id, body, tokens) VALUES(?1,?2,?3,?4)")
+          .bind(1, it.id).bind(2, r.id).bind(3, it.body.dump(-1, ' ', false, json::error_handler_t::replace))
+          .bind_blob(4, t.data(), t.size()).run();
+    }
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+std::optional<ResponseRecord> RunStore::get_response(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT id, status, body, context, tokens, created_at FROM responses WHERE id = ?1");
+  s.bind(1, id);
+  if (!s.step()) return std::nullopt;
+  ResponseRecord r;
+  r.id = s.text(0);
+  r.status = s.text(1);
+  r.body = json::parse(s.text(2), nullptr, false);
+  r.context = json::parse(s.text(3), nullptr, false);
+  r.tokens = blob_tokens(s.blob(4));
+  r.created_at = s.real(5);
+  return r;
+}
+
+bool RunStore::delete_response(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  exec("BEGIN IMMEDIATE");
+  bool deleted = false;
+  try {
+    Stmt(db_, "DELETE FROM responses WHERE id = ?1").bind(1, id).run();
+    deleted = sqlite3_changes(db_) > 0;
+    Stmt(db_, "DELETE FROM response_items WHERE response_id = ?1").bind(1, id).run();
+    exec("COMMIT");
+  } catch (...) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+  if (deleted) reclaim();
+  return deleted;
+}
+
+std::optional<ResponseItemRecord> RunStore::get_response_item(const std::string& item_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT item_id, response_id, body, tokens FROM response_items WHERE item_id = ?1");
+  s.bind(1, item_id);
+  if (!s.step()) return std::nullopt;
+  return ResponseItemRecord{s.text(0), s.text(1), json::parse(s.text(2), nullptr, false), blob_tokens(s.blob(3))};
+}
+
+std::vector<std::string> RunStore::responses_with_status(const std::string& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt s(db_, "SELECT id FROM responses WHERE status = ?1 ORDER BY created_at");
+  s.bind(1, status);
+  std::vector<std::string> out;
+  while (s.step()) out.push_back(s.text(0));
+  return out;
 }
 
 }  // namespace spool::agents

@@ -1,9 +1,9 @@
 // The durable store of the agent runtime: SQLite in WAL mode (synchronous
 // FULL) in the server's data directory. It holds saved specs, runs, their
 // agent steps (with outputs), the durable events of each run (everything but
-// token deltas), log lines, and the Batch API's files and batches. After a
-// crash, runs still marked running are resumed from their last completed
-// step: nothing accepted is lost.
+// token deltas), log lines, the Batch API's files and batches, and the
+// Responses API's stored responses. After a crash, runs still marked running
+// are resumed from their last completed step: nothing accepted is lost.
 //
 // One connection, serialized by a mutex: the writes are a few per agent step,
 // far from SQLite's limits. The directory is private to its user (0700 when
@@ -51,6 +51,26 @@ struct FileRecord {
   std::string id, filename, purpose;
   int64_t bytes = 0;
   double created_at = 0;
+};
+
+// A Responses API response (/v1/responses) as stored: its object as answered,
+// the input items it saw (its context: the earlier turns' items and its own
+// input, each with an id) and the token ids of its prompt and output, so that
+// a follow-up naming it continues the same token sequence (and its KV).
+struct ResponseRecord {
+  std::string id, status;
+  nlohmann::json body;          // the response object
+  nlohmann::json context;       // the input items, in order
+  std::vector<int32_t> tokens;  // prompt + output token ids
+  double created_at = 0;
+};
+
+// One item of a stored response, found by its id (an item_reference, or an
+// output item sent back as input).
+struct ResponseItemRecord {
+  std::string id, response_id;
+  nlohmann::json body;
+  std::vector<int32_t> tokens;  // an output message: its text's token ids as generated
 };
 
 // What delete_run did: removed it, found no such run (of that kind), or left
@@ -125,6 +145,14 @@ class RunStore {
   std::vector<FileRecord> list_files(const std::string& purpose, int limit, const std::string& after_id, bool asc,
                                      bool& more);
   bool delete_file(const std::string& id);  // false: no such file
+
+  // Responses API: a response (inserted or replaced) with its items indexed by
+  // id (an id already indexed keeps its first record), in one transaction.
+  void put_response(const ResponseRecord& r, const std::vector<ResponseItemRecord>& items);
+  std::optional<ResponseRecord> get_response(const std::string& id);
+  bool delete_response(const std::string& id);  // false: no such response; its items go with it
+  std::optional<ResponseItemRecord> get_response_item(const std::string& item_id);
+  std::vector<std::string> responses_with_status(const std::string& status);
 
   // Bytes the database holds (its pages in use, free pages not counted):
   // what serve's --max-storage caps.

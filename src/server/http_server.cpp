@@ -98,11 +98,6 @@ void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib:
 ApiError error_for_status(const httplib::Request& req, int status, const ServerOptions& o) {
   switch (status) {
     case 404:
-      if (req.path == "/v1/responses" || req.path.rfind("/v1/responses/", 0) == 0)
-        return ApiError(404,
-                        "the Responses API (" + req.method + " /v1/responses) is not implemented by this server yet; "
-                        "use /v1/chat/completions (clients: the chat-completions mode of your SDK)",
-                        "invalid_request_error", "not_found");
       return ApiError(404, "no route " + req.method + " " + req.path.substr(0, 512), "invalid_request_error", "not_found");
     case 413:
       return ApiError(413, "the request body is larger than the server's limit of " + std::to_string(o.max_body_bytes) +
@@ -171,6 +166,7 @@ void add_routes(ServerContext& ctx) {
             }));
   add_pipeline_routes(ctx);
   add_batch_routes(ctx);
+  add_response_routes(ctx);
   http.Post("/tokenize", guarded(ctx, handle_tokenize));
   http.Post("/detokenize", guarded(ctx, handle_detokenize));
   add_stats_routes(ctx);
@@ -432,6 +428,7 @@ void ApiServer::listen() { ctx_->http.listen_after_bind(); }
 
 void ApiServer::stop() {
   if (ctx_->batches) ctx_->batches->shutdown();
+  stop_responses(*ctx_);
   ctx_->http.stop();
 }
 

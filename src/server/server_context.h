@@ -20,6 +20,8 @@
 
 namespace spool::server {
 
+class ResponsesService;  // background responses in flight (responses_handler.cpp)
+
 // One model the server serves: its engine, names and chat template.
 struct ServedModel {
   std::string id;                          // the name /v1/models lists and responses carry
@@ -49,6 +51,7 @@ struct ApiServer::Context {
   GuardedHttpServer http;                  // httplib with bounded headers and connections
   agents::PipelineRunner* runner = nullptr;  // null: the pipeline routes answer 404
   std::unique_ptr<BatchRunner> batches;      // with a runner: the Batch API over its store
+  std::shared_ptr<ResponsesService> responses;  // the Responses API's background work
   int listen_fd = -1;                        // the listening socket (set while binding)
 
   Context(Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {}
@@ -76,6 +79,10 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
 void add_pipeline_routes(ServerContext& ctx);
 // /v1/files and /v1/batches (batch_handler.cpp).
 void add_batch_routes(ServerContext& ctx);
+// /v1/responses (responses_handler.cpp); stop_responses cancels background
+// responses in flight and waits for them to be stored.
+void add_response_routes(ServerContext& ctx);
+void stop_responses(ServerContext& ctx);
 // The agent runtime's lines for /metrics ("" without a runner).
 std::string pipeline_metrics(ServerContext& ctx);
 

@@ -179,16 +179,15 @@ test('a prompt far longer than the context is refused before it is tokenized', a
   }
 });
 
-test('/v1/models names the model without the path of its file; /v1/responses is a clear 404', async () => {
+test('/v1/models names the model without the path of its file; an unknown response id is a 404 naming it', async () => {
   const models = await server.client().models.list();
   const text = JSON.stringify(models.data);
   assert.ok(!text.includes('/'), text);
-  const r = await fetch(`${server.url}/v1/responses`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
-                                                       body: JSON.stringify({ input: 'hi' }) });
+  const r = await fetch(`${server.url}/v1/responses/resp_unknown123`);
   assert.equal(r.status, 404);
   const j = await r.json();
   assertErrorShape(assert, j, 'not_found');
-  assert.match(j.error.message, /Responses API/);
+  assert.match(j.error.message, /resp_unknown123/);
 });
 
 // Past a second too (no more keep-alive spaces committing to a 200): server_test's RequestTimeoutIs504EvenAfterASecond.
