@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "core/kernels.h"
+#include "kernels/kernels.h"
 #include "model/delta_rule.h"
 #include "model/delta_rule_chunked.h"
 

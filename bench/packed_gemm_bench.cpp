@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/kernels.h"
+#include "kernels/kernels.h"
 
 using namespace spool;
 

@@ -62,7 +62,7 @@ if ! grep -q '^ISAs tested:.* neon' "$log"; then
   exit 1
 fi
 # "max" has FEAT_I8MM: calls of 2+ tokens ran the SMMLA tiles above
-# (kernels_packed_i8mm_neon.cpp). A Cortex-A76 has dotprod but no i8mm: the
+# (kernels/neon/packed_legacy_i8mm.cpp). A Cortex-A76 has dotprod but no i8mm: the
 # dotprod tiles of 2+ tokens against the reference and against 1-token calls
 # (~6 s of CPU).
 if [ -z "${SPOOL_ARM_SKIP_NO_I8MM:-}" ] && [ $# -eq 0 ]; then

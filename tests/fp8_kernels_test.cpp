@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/fp8.h"
-#include "core/kernels.h"
-#include "core/matmul.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
 
 using namespace spool;
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/matmul.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
+#include "kernels/matmul.h"
 #include "model/batch.h"
 #include "model/gdn_model.h"
 #include "model/kv_cache.h"

@@ -22,9 +22,9 @@
 #include "test_util.h"
 #include "core/error.h"
 #include "core/fp16.h"
-#include "core/kernels.h"
 #include "format/safetensors.h"
 #include "format/safetensors_writer.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 
 using namespace spool;

@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <string>
 
-#include "core/kernels.h"
 #include "format/safetensors.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 using namespace spool;

@@ -15,8 +15,8 @@
 
 #include "core/dtype.h"
 #include "core/fp16.h"
-#include "core/kernels.h"
 #include "core/quant_blocks.h"
+#include "kernels/kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

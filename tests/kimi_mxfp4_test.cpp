@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "test_util.h"
-#include "core/kernels.h"
-#include "core/matmul.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 #include "model/moe.h"
 #include "storage/local_file.h"

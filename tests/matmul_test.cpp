@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "core/kernels.h"
-#include "core/matmul.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
 
 namespace spool {
 namespace {

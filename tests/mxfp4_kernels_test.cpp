@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "core/kernels.h"
 #include "core/quant_blocks.h"
+#include "kernels/kernels.h"
 
 using namespace spool;
 

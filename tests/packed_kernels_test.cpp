@@ -1,4 +1,4 @@
-// The optional packed kernels (PackedKernels in kernels.h) of every table
+// The optional packed kernels (PackedKernels in kernels/kernels.h) of every table
 // that has them: pack awkward row counts, convert activations with
 // quantize_act, run gemm on token counts around the micro-tile, and compare
 // with the scalar reference vec_dot on the same table's vec_dot_type
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "core/kernels.h"
-#include "core/matmul.h"
 #include "core/quant_blocks.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
@@ -164,8 +164,8 @@ TEST(PackedKernels, SaturatedLevels) {
   }
 }
 
-// The AMX table's tile gemm (prefill-sized calls; see kernels_packed_amx.cpp
-// and kernels_packed_kquant_amx.cpp) on awkward shapes: row counts off the
+// The AMX table's tile gemm (prefill-sized calls; see kernels/x86/packed_legacy_amx.cpp
+// and kernels/x86/packed_kquant_amx.cpp) on awkward shapes: row counts off the
 // 16-row group, token counts around the 16-token tiles (full tiles, partial
 // last tiles, the VNNI fallback below 16), real row lengths. Against the
 // scalar reference, and bit for bit against the AVX-512 VNNI kernel it
@@ -221,7 +221,7 @@ void fill_packed_kquant_amx_kernels(KernelTable& t);
 namespace {
 
 // The same AMX kernels built over a C++ model of the tile registers
-// (SPOOL_AMX_EMULATE, kernels_packed_amx.h), so their tiling, unpacking,
+// (SPOOL_AMX_EMULATE, kernels/x86/amx.h), so their tiling, unpacking,
 // padding and epilogues are checked on every AVX-512 machine; fewer shapes,
 // as the model is slow.
 TEST(PackedKernels, AmxEmulatedTilesMatchVnni) {
@@ -263,7 +263,7 @@ TEST(PackedKernels, MatmulPackedMatchesUnpacked) {
 }
 
 // NEON: calls of 2+ tokens may run other tiles than 1-token calls (SMMLA
-// tiles where the CPU has FEAT_I8MM, kernels_packed_i8mm_neon.cpp; dotprod
+// tiles where the CPU has FEAT_I8MM, kernels/neon/packed_legacy_i8mm.cpp; dotprod
 // tiles of 8 tokens with partial tiles otherwise). Every token of a batched
 // call must equal, bit for bit, the same token computed alone.
 bool neon_i8mm_active() {

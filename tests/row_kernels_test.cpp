@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/fp16.h"
-#include "core/kernels.h"
+#include "kernels/kernels.h"
 
 namespace spool {
 namespace {

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "test_util.h"
-#include "core/matmul.h"
 #include "format/gguf.h"
+#include "kernels/matmul.h"
 #include "model/gdn_config.h"
 #include "model/model.h"
 #include "runtime/session.h"

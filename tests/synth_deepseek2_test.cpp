@@ -18,10 +18,10 @@
 
 #include "core/byte_size.h"
 #include "core/error.h"
-#include "core/kernels.h"
 #include "core/thread_pool.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
+#include "kernels/kernels.h"
 #include "model/arch_registry.h"
 #include "model/config.h"
 #include "model/model.h"

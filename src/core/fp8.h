@@ -2,7 +2,7 @@
 // store weights): 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits; no
 // infinities, S.1111.111 is NaN, the largest finite value is 448. Scalar,
 // written from the definition; the SIMD kernels decode through float16 instead
-// (kernels_fp8_*.cpp) and are tested against this.
+// (src/kernels/x86/fp8_*.cpp) and are tested against this.
 #pragma once
 
 #include <cmath>

@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/matmul.h"
 #include "core/thread_pool.h"
+#include "kernels/matmul.h"
 #include "model/arch_registry.h"
 #include "model/mla.h"
 #include "model/moe.h"

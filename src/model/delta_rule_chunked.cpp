@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/kernels.h"
+#include "kernels/kernels.h"
 
 namespace spool {
 namespace {

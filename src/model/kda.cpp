@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/matmul.h"
 #include "core/thread_pool.h"
+#include "kernels/matmul.h"
 #include "model/delta_rule.h"
 #include "model/delta_rule_chunked.h"
 #include "model/model.h"

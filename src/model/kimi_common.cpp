@@ -6,7 +6,7 @@
 #include <map>
 
 #include "core/error.h"
-#include "core/matmul.h"
+#include "kernels/matmul.h"
 #include "model/ops.h"
 
 namespace spool {

@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/matmul.h"
 #include "core/thread_pool.h"
+#include "kernels/matmul.h"
 #include "model/ops.h"
 
 namespace spool {

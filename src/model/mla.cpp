@@ -8,9 +8,9 @@
 #include <map>
 
 #include "core/error.h"
-#include "core/kernels.h"
-#include "core/matmul.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "model/ops.h"
 
 namespace spool {

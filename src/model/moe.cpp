@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/matmul.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 #include "model/ops.h"
 

@@ -7,8 +7,8 @@
 #include <map>
 
 #include "core/dtype.h"
-#include "core/kernels.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
 
 namespace spool {
 

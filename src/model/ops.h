@@ -1,7 +1,7 @@
 // Transformer building blocks on float activations laid out [n_tokens, dim]:
 // RMSNorm, rotary position embedding, SwiGLU, residual add, and batched causal
 // attention over the KV cache. Scalar-clear code; the heavy lifting (matmul) is
-// in core/matmul.
+// in kernels/matmul.
 #pragma once
 
 #include <cstdint>

@@ -19,7 +19,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "core/matmul.h"
+#include "kernels/matmul.h"
 #include "model/kv_paged.h"
 #include "runtime/scheduler.h"
 #include "text/text_stream.h"

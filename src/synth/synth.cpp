@@ -9,10 +9,10 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/kernels.h"
 #include "core/thread_pool.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
+#include "kernels/kernels.h"
 #include "synth/synth_deepseek2.h"
 #include "synth/synth_fill.h"
 #include "synth/synth_kimi_k3.h"

@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "core/error.h"
-#include "core/kernels.h"
 #include "core/thread_pool.h"
 #include "format/gguf_writer.h"
+#include "kernels/kernels.h"
 
 namespace spool {
 

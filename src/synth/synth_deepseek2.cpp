@@ -14,8 +14,8 @@
 #include <numeric>
 
 #include "core/error.h"
-#include "core/kernels.h"
 #include "format/gguf_writer.h"
+#include "kernels/kernels.h"
 #include "model/config.h"
 #include "model/moe.h"
 #include "synth/synth_fill.h"

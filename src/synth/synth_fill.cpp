@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "core/fp16.h"
-#include "core/kernels.h"
 #include "core/quant_blocks.h"
+#include "kernels/kernels.h"
 
 namespace spool::synth {
 

@@ -12,8 +12,8 @@
 #include <functional>
 
 #include "core/error.h"
-#include "core/kernels.h"
 #include "format/gguf_writer.h"
+#include "kernels/kernels.h"
 #include "synth/synth_fill.h"
 #include "synth/synth_quant_mix.h"
 

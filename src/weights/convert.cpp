@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/kernels.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
 #include "storage/local_file.h"
 
 namespace spool {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/matmul.h"
 #include "format/manifest.h"
+#include "kernels/matmul.h"
 #include "weights/store_stats.h"
 
 namespace spool {

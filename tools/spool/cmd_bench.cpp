@@ -13,8 +13,8 @@
 
 #include "cli_common.h"
 #include "core/error.h"
-#include "core/kernels.h"
 #include "core/thread_pool.h"
+#include "kernels/kernels.h"
 #include "runtime/session.h"
 #include "synth/synth_quant_mix.h"
 #include "stream_stats.h"

@@ -1,0 +1,44 @@
+// Activation rows of the x86 packed kernels for block-32 weights (Q4_0, Q8_0,
+// MXFP4): the table's Q8_0 quantization laid out as [n int8 levels][nb float
+// d][nb int32 -offset * sum of the block's levels], so a kernel whose weight
+// levels carry an offset (Q4_0 nibbles, Q8_0 + 128, MXFP4 values + 12) starts
+// each block's integer sum at that bias. Scalar code: each ISA file wraps it
+// with its own table's quantizer and row alignment.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/quant_blocks.h"
+#include "kernels/kernels.h"
+
+namespace spool::detail::packed_act {
+
+// Bytes of one row of n elements, rounded up to `align`.
+inline size_t q8_row_bytes(int64_t n, size_t align) {
+  const size_t bytes = (size_t)n + 8 * (size_t)(n / kQK);
+  return (bytes + align - 1) / align * align;
+}
+
+template <int kOffset>
+void q8_row(QuantizeRowFn quantize_q8_0, const float* x, void* out, int64_t n) {
+  const int64_t nb = n / kQK;
+  thread_local std::vector<BlockQ8_0> tmp;
+  tmp.resize(nb);
+  quantize_q8_0(x, tmp.data(), n);
+  auto* q = static_cast<int8_t*>(out);
+  auto* d = reinterpret_cast<float*>(q + n);
+  auto* bias = reinterpret_cast<int32_t*>(d + nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    std::memcpy(q + b * kQK, tmp[b].qs, kQK);
+    d[b] = fp16_to_fp32(tmp[b].d);
+    int sum = 0;
+    for (int i = 0; i < kQK; ++i) sum += tmp[b].qs[i];
+    bias[b] = -kOffset * sum;
+  }
+}
+
+}  // namespace spool::detail::packed_act
