@@ -1,8 +1,9 @@
 // Kernel dispatch: one table of function pointers per instruction set, chosen
 // once at start-up from what the CPU reports. Every entry has a scalar
-// reference (ref/float_legacy.cpp); SIMD tables (x86/table_avx2.cpp, x86/table_avx512.cpp,
-// neon/table.cpp) may leave entries null, which then fall back to the
-// reference. Tests compare every compiled-in table against the reference.
+// reference (kernels/ref/); SIMD tables (x86/table_avx2.cpp,
+// x86/table_avx512.cpp, neon/table.cpp) may leave entries null, which then
+// fall back to the reference. Tests compare every compiled-in table against
+// the reference.
 #pragma once
 
 #include <cstddef>

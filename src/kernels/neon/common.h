@@ -1,7 +1,8 @@
-// Shared by the NEON kernel files (kernels_*_neon.cpp, compiled with
+// Shared by the NEON kernel files (neon/*.cpp, compiled with
 // -march=armv8.2-a+dotprod+fp16): scalar half conversions through the FPU,
-// and the driver that covers an nr x nc gemm tile with R x C micro-tiles.
-// A kernel is a struct with `template <int R, int C> static void tile(...)`.
+// the table's Q8 quantizers, and the driver that covers an nr x nc gemm tile
+// with R x C micro-tiles. A kernel is a struct with
+// `template <int R, int C> static void tile(...)`.
 #pragma once
 
 #include <arm_neon.h>
@@ -15,6 +16,15 @@ namespace spool::detail {
 void fill_neon_float_kernels(KernelTable& t);   // neon/float.cpp
 void fill_neon_legacy_kernels(KernelTable& t);  // neon/legacy.cpp
 void fill_neon_kquant_kernels(KernelTable& t);  // neon/kquant.cpp
+
+// The NEON table's Q8 quantizers (neon/table.cpp): its entries for Q8_0,
+// Q8_1 and Q8_K, and what the packed kernels convert activations with,
+// calling them by name.
+namespace neon {
+void quantize_q8_0(const float* src, void* dst, int64_t n);
+void quantize_q8_1(const float* src, void* dst, int64_t n);
+void quantize_q8_k(const float* src, void* dst, int64_t n);
+}  // namespace neon
 
 inline float neon_h2f(uint16_t h) {
   __fp16 x;

@@ -1,11 +1,11 @@
-// Shared pieces of the NEON packed kernels (kernels_packed_*_neon.cpp), the
+// Shared pieces of the NEON packed kernels (neon/packed_*.cpp), the
 // x86 design (x86/packed_avx512.h) on 128-bit registers: a group is as
 // many interleaved weight rows as one register has 32-bit lanes (4), so a
 // register holds one 4-byte chunk of each row, and an sdot by element
 // (vdotq_laneq_s32) against lane k of a 16-byte activation register adds
 // the 4 rows' partial dots of that chunk: activations are loaded once per
-// 16 bytes and never broadcast. The driver walks groups (a group's weights
-// stay in L1) and tiles of up to Kernel::kTokens activation rows. Include
+// 16 bytes and never broadcast. Packing and the row-tile driver are
+// packed.h's; the token-tile driver (gemm_tiled) is NEON's own. Include
 // only from files compiled with -march=armv8.2-a+dotprod+fp16.
 //
 // Why 4 rows and not 8 (two registers per chunk): the sdot count is the
@@ -26,12 +26,15 @@
 
 #include "core/quant_blocks.h"
 #include "kernels/neon/common.h"
+#include "kernels/packed.h"
 
 namespace spool::detail::packed_neon {
 
 constexpr int kRows = 4;  // rows per interleaved group: the int32 lanes of a register
+// Tiles are told the count of a group's real rows (store_rows).
+using Groups = packing::CountedGroups<kRows>;
 
-inline int64_t n_groups(int64_t n_rows) { return (n_rows + kRows - 1) / kRows; }
+inline int64_t n_groups(int64_t n_rows) { return packing::n_groups<Groups>(n_rows); }
 
 // sum + the dots of chunks w[0..3] (4 rows each) with lanes 0..3 of a, in
 // that order: 16 consecutive activation bytes against 4 chunks.
@@ -69,28 +72,13 @@ inline void store_rows(float* c, float32x4_t v, int n_valid) {
 }
 
 // Kernel::tile<C>(n_cols, group, act, act_stride, c, ldc, n_valid_rows)
-// computes a 4-row x C-token tile, C <= Kernel::kTokens. Runs it over every
-// group and token tile. Every token of a tile goes through the same
-// instructions in the same order whatever C is, so the result for one
-// activation row never depends on the rows batched with it.
+// computes a 4-row x C-token tile, C <= Kernel::kTokens, reading the
+// activation rows in place; gemm_groups runs it over a matrix, Packer makes
+// the table entry (packed.h).
 template <class Kernel>
-void gemm_groups(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as,
-                 int64_t n_tokens, float* c, size_t ldc) {
-  using TileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, float*, size_t, int);
-  static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
-    return std::array<TileFn, sizeof...(I)>{&Kernel::template tile<I + 1>...};
-  }(std::make_integer_sequence<int, Kernel::kTokens>());
-  const size_t group_bytes = Kernel::group_bytes(n_cols);
-  const auto* wg = static_cast<const uint8_t*>(w);
-  const auto* a = static_cast<const uint8_t*>(act);
-  for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
-    const int n_valid = (int)std::min<int64_t>(kRows, n_rows - g * kRows);
-    for (int64_t t = 0; t < n_tokens; t += Kernel::kTokens) {
-      const int nt = (int)std::min<int64_t>(Kernel::kTokens, n_tokens - t);
-      kFns[nt - 1](n_cols, wg, a + t * as, as, c + t * ldc + g * kRows, ldc, n_valid);
-    }
-  }
-}
+constexpr packing::PackedGemmFn gemm_groups = packing::gemm_groups<Kernel, Groups>;
+template <class Kernel>
+using Packer = packing::Packer<Kernel, Groups>;
 
 // Token tiles, the activations of the tiled kernels (TiledPacked in
 // neon/packed_legacy.cpp, Q6KTiled in neon/packed_kquant.cpp):
@@ -152,40 +140,6 @@ inline bool v1_tiles() {
   const char* v = std::getenv("SPOOL_NEON_TILES");
   return v && std::strcmp(v, "v1") == 0;
 }
-
-// Packing, shared: a group is zeroed first, so padding rows keep zero
-// scales and levels and contribute nothing. Kernel::pack_block(src, r, dst)
-// places row r's block src (kSrcBytes bytes, kBlockCols columns) into a
-// group block of Kernel::kBlockBytes.
-template <class Kernel>
-struct Packer {
-  static size_t packed_bytes(int64_t n_rows, int64_t n_cols) {
-    return (size_t)n_groups(n_rows) * Kernel::group_bytes(n_cols);
-  }
-  static void pack(const void* w, size_t ws, int64_t n_rows, int64_t n_cols, void* out) {
-    auto* dst = static_cast<uint8_t*>(out);
-    std::memset(dst, 0, packed_bytes(n_rows, n_cols));
-    const int64_t nb = n_cols / Kernel::kBlockCols;
-    for (int64_t g = 0; g < n_groups(n_rows); ++g) {
-      for (int r = 0; r < kRows && g * kRows + r < n_rows; ++r) {
-        const uint8_t* row = static_cast<const uint8_t*>(w) + (g * kRows + r) * ws;
-        for (int64_t b = 0; b < nb; ++b)
-          Kernel::pack_block(row + b * Kernel::kSrcBytes, r,
-                             dst + g * Kernel::group_bytes(n_cols) + b * Kernel::kBlockBytes);
-      }
-    }
-  }
-  static PackedKernels kernels() {
-    PackedKernels k;
-    k.rows = kRows;
-    k.packed_bytes = packed_bytes;
-    k.pack = pack;
-    k.act_bytes = Kernel::act_bytes;
-    k.quantize_act = Kernel::quantize_act;
-    k.gemm = gemm_groups<Kernel>;
-    return k;
-  }
-};
 
 // The activation format of Q4_K and Q5_K (defined in
 // neon/packed_kquant.cpp; one function, so matrices of both types

@@ -14,14 +14,8 @@ namespace {
 
 using namespace packed_neon;
 
-QuantizeRowFn g_quantize_q8_k = nullptr;  // the table's Q8_K quantizer
-
-const BlockQ8_K* quantize_q8_k_tmp(const float* x, int64_t n) {
-  thread_local std::vector<BlockQ8_K> tmp;
-  tmp.resize(n / kQKK);
-  g_quantize_q8_k(x, tmp.data(), n);
-  return tmp.data();
-}
+// The NEON table's Q8_K quantization of a row, in a per-thread buffer.
+constexpr auto quantize_q8_k_tmp = packing::q8_k_row<neon::quantize_q8_k>;
 
 // 8 bytes (the 4 rows of two sub-blocks) widened to int32, signed (the
 // unsigned widen_u8x8 is in neon/packed.h).
@@ -420,7 +414,6 @@ void k4_quantize_act(const float* x, void* out, int64_t n) {
 }  // namespace packed_neon
 
 void fill_packed_kquant_neon_kernels(KernelTable& t) {
-  g_quantize_q8_k = t.types[(uint32_t)DType::Q8_K].quantize;  // set by fill_neon_kernels
   t.types[(uint32_t)DType::Q4_K].packed = v1_tiles() ? Packer<Q4KPacked>::kernels() : Q4KTiled::kernels();
   t.types[(uint32_t)DType::Q6_K].packed = v1_tiles() ? Packer<Q6KPacked>::kernels() : Q6KTiled::kernels();
 }

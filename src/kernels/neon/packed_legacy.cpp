@@ -35,15 +35,13 @@ namespace {
 
 using namespace packed_neon;
 
-QuantizeRowFn g_quantize_q8_0 = nullptr;  // the table's Q8_0 quantizer
-
 size_t legacy_act_bytes(int64_t n) { return (size_t)(n / kQK) * kActBlock; }
 
 void legacy_quantize_act(const float* x, void* out, int64_t n) {
   const int64_t nb = n / kQK;
   thread_local std::vector<BlockQ8_0> tmp;
   tmp.resize(nb);
-  g_quantize_q8_0(x, tmp.data(), n);
+  neon::quantize_q8_0(x, tmp.data(), n);  // the table's Q8_0
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* blk = static_cast<uint8_t*>(out) + b * kActBlock;
     std::memcpy(blk, tmp[b].qs, kQK);
@@ -209,8 +207,29 @@ PackedKernels legacy_kernels() {
 
 }  // namespace
 
+namespace packed_neon {
+
+template <class Ops, bool kV1>
+void dotprod_gemm(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
+                  float* c, size_t ldc) {
+  if constexpr (kV1) gemm_groups<LegacyPacked<Ops>>(n_cols, w, n_rows, act, as, n_tokens, c, ldc);
+  else TiledPacked<Ops>::gemm(n_cols, w, n_rows, act, as, n_tokens, c, ldc);
+}
+
+#define SPOOL_DOTPROD_GEMM(Ops, kV1)                                                                 \
+  template void dotprod_gemm<Ops, kV1>(int64_t, const void*, int64_t, const void*, size_t, int64_t, \
+                                       float*, size_t);
+SPOOL_DOTPROD_GEMM(Q4_0Ops, false)
+SPOOL_DOTPROD_GEMM(Q4_0Ops, true)
+SPOOL_DOTPROD_GEMM(Q8_0Ops, false)
+SPOOL_DOTPROD_GEMM(Q8_0Ops, true)
+SPOOL_DOTPROD_GEMM(MXFP4Ops, false)
+SPOOL_DOTPROD_GEMM(MXFP4Ops, true)
+#undef SPOOL_DOTPROD_GEMM
+
+}  // namespace packed_neon
+
 void fill_packed_legacy_neon_kernels(KernelTable& t) {
-  g_quantize_q8_0 = t.types[(uint32_t)DType::Q8_0].quantize;  // set by fill_neon_kernels
   t.types[(uint32_t)DType::Q4_0].packed = legacy_kernels<Q4_0Ops>();
   t.types[(uint32_t)DType::Q8_0].packed = legacy_kernels<Q8_0Ops>();
   t.types[(uint32_t)DType::MXFP4].packed = legacy_kernels<MXFP4Ops>();
@@ -218,7 +237,7 @@ void fill_packed_legacy_neon_kernels(KernelTable& t) {
 
 void fill_packed_neon_kernels(KernelTable& t) {
   fill_packed_legacy_neon_kernels(t);
-  fill_packed_kquant_neon_kernels(t);  // sets the Q8_K quantizer that Q5_K shares
+  fill_packed_kquant_neon_kernels(t);
   fill_packed_q5k_neon_kernels(t);
 }
 

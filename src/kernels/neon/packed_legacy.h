@@ -5,12 +5,9 @@
 #pragma once
 
 #include "kernels/neon/packed.h"
+#include "kernels/ref/mxfp4.h"
 
-namespace spool::detail {
-
-extern const int8_t kMxfp4Values[16];  // ref/mxfp4.cpp
-
-namespace packed_neon {
+namespace spool::detail::packed_neon {
 
 // Activation row: per block the 32 int8 levels, the float scale, the int32
 // -8 * sum of the levels and 8 bytes of padding (kActBlock bytes: three
@@ -72,5 +69,12 @@ struct MXFP4Ops {
   }
 };
 
-}  // namespace packed_neon
-}  // namespace spool::detail
+// The dotprod gemm of a type's packed layout (neon/packed_legacy.cpp; Ops:
+// Q4_0Ops, Q8_0Ops or MXFP4Ops): the token tiles, or with kV1 the row tiles
+// of SPOOL_NEON_TILES=v1, as in the table's entry. The i8mm tiles run it for
+// 1-token calls, naming it at compile time.
+template <class Ops, bool kV1>
+void dotprod_gemm(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
+                  float* c, size_t ldc);
+
+}  // namespace spool::detail::packed_neon

@@ -43,8 +43,6 @@ namespace {
 
 using namespace packed_neon;
 
-using PackedGemmFn = void (*)(int64_t, const void*, int64_t, const void*, size_t, int64_t, float*, size_t);
-
 // Token pairs, interleaved once per gemm call (each group then reads them
 // with no shuffles): per pair and block (kPairBlock bytes) 4 SMMLA operands
 // (elements 8i .. 8i + 7 of both tokens), the scales d0, d1, d0, d1, and
@@ -98,15 +96,15 @@ inline void store_pairs(const float32x4_t (&acc)[NP][2], float* c, size_t ldc, i
 }
 
 // The gemm of a type with SMMLA tiles K: 1-token calls go to the dotprod
-// gemm it replaces; otherwise token pairs are interleaved once (K::interleave)
-// and every group runs tiles of up to K::kPairs pairs (K::tile<NP>).
-template <class K>
+// gemm it replaces (dotprod_gemm, packed_legacy.h: the token tiles, or with
+// kV1 the row tiles of SPOOL_NEON_TILES=v1); otherwise token pairs are
+// interleaved once (K::interleave) and every group runs tiles of up to
+// K::kPairs pairs (K::tile<NP>).
+template <class K, bool kV1>
 struct PairDriver {
-  static inline PackedGemmFn g_dotprod_gemm = nullptr;
-
   static void gemm(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
                    float* c, size_t ldc) {
-    if (n_tokens == 1) return g_dotprod_gemm(n_cols, w, n_rows, act, as, n_tokens, c, ldc);
+    if (n_tokens == 1) return dotprod_gemm<typename K::Ops, kV1>(n_cols, w, n_rows, act, as, n_tokens, c, ldc);
     using TileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, float*, size_t, int, int);
     static constexpr int kPairs = K::kPairs;
     static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
@@ -141,13 +139,13 @@ struct PairDriver {
 
   static void install(PackedKernels& k) {
     if (k.rows != kRows || !k.gemm) return;  // not the dotprod layout these tiles read
-    g_dotprod_gemm = k.gemm;
     k.gemm = gemm;
   }
 };
 
-template <class Ops>
+template <class OpsT>
 struct I8mmLegacy {
+  using Ops = OpsT;
   static constexpr int kPairs = 4;  // token pairs per tile
   static constexpr size_t kBlockBytes = Ops::kScaleBytes + 16 * Ops::kRegs;
 
@@ -244,12 +242,18 @@ struct I8mmLegacy {
   }
 };
 
+template <class Ops>
+void install(PackedKernels& k) {
+  if (v1_tiles()) PairDriver<I8mmLegacy<Ops>, true>::install(k);
+  else PairDriver<I8mmLegacy<Ops>, false>::install(k);
+}
+
 }  // namespace
 
 void fill_packed_i8mm_neon_kernels(KernelTable& t) {
-  PairDriver<I8mmLegacy<Q4_0Ops>>::install(t.types[(uint32_t)DType::Q4_0].packed);
-  PairDriver<I8mmLegacy<Q8_0Ops>>::install(t.types[(uint32_t)DType::Q8_0].packed);
-  PairDriver<I8mmLegacy<MXFP4Ops>>::install(t.types[(uint32_t)DType::MXFP4].packed);
+  install<Q4_0Ops>(t.types[(uint32_t)DType::Q4_0].packed);
+  install<Q8_0Ops>(t.types[(uint32_t)DType::Q8_0].packed);
+  install<MXFP4Ops>(t.types[(uint32_t)DType::MXFP4].packed);
 }
 
 }  // namespace spool::detail

@@ -1,7 +1,8 @@
-// The NEON kernel table (ARMv8.2 with dotprod and fp16): the activation
-// quantizers (Q8_0, Q8_1, Q8_K) live here; float, legacy and K-quant kernels
-// in kernels_{float,legacy,kquant}_neon.cpp. Rounding is round-to-nearest-
-// even (fcvtns), as the reference's nearbyint / lrintf.
+// The NEON kernel table (ARMv8.2 with dotprod and fp16): the Q8 quantizers
+// (Q8_0, Q8_1, Q8_K; neon::quantize_q8_*, common.h) live here; float, legacy
+// and K-quant kernels in neon/{float,legacy,kquant}.cpp, the packed ones in
+// neon/packed_*.cpp. Rounding is round-to-nearest-even (fcvtns), as the
+// reference's nearbyint / lrintf.
 #include <cmath>
 #include <cstdlib>
 
@@ -39,6 +40,28 @@ inline float absmax(const float* x, int n) {
   return vmaxvq_f32(m);
 }
 
+// The element of largest magnitude with its sign; on a tie between +m and
+// -m the first one wins, as in the reference.
+float signed_absmax_256(const float* x) {
+  float32x4_t mx = vld1q_f32(x), mn = mx;
+  for (int k = 4; k < kQKK; k += 4) {
+    const float32x4_t v = vld1q_f32(x + k);
+    mx = vmaxq_f32(mx, v);
+    mn = vminq_f32(mn, v);
+  }
+  const float hi = vmaxvq_f32(mx), lo = vminvq_f32(mn);
+  if (hi > -lo) return hi;
+  if (-lo > hi) return lo;
+  for (int k = 0; k < kQKK; ++k) {
+    if (std::fabs(x[k]) == hi) return x[k];
+  }
+  return hi;
+}
+
+}  // namespace
+
+namespace neon {
+
 void quantize_q8_0(const float* src, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ8_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i) {
@@ -63,24 +86,6 @@ void quantize_q8_1(const float* src, void* dst, int64_t n) {
   }
 }
 
-// The element of largest magnitude with its sign; on a tie between +m and
-// -m the first one wins, as in the reference.
-float signed_absmax_256(const float* x) {
-  float32x4_t mx = vld1q_f32(x), mn = mx;
-  for (int k = 4; k < kQKK; k += 4) {
-    const float32x4_t v = vld1q_f32(x + k);
-    mx = vmaxq_f32(mx, v);
-    mn = vminq_f32(mn, v);
-  }
-  const float hi = vmaxvq_f32(mx), lo = vminvq_f32(mn);
-  if (hi > -lo) return hi;
-  if (-lo > hi) return lo;
-  for (int k = 0; k < kQKK; ++k) {
-    if (std::fabs(x[k]) == hi) return x[k];
-  }
-  return hi;
-}
-
 void quantize_q8_k(const float* src, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ8_K*>(dst);
   for (int64_t i = 0; i < n / kQKK; ++i) {
@@ -100,9 +105,9 @@ void quantize_q8_k(const float* src, void* dst, int64_t n) {
   }
 }
 
-}  // namespace
+}  // namespace neon
 
-void fill_packed_neon_kernels(KernelTable& t);  // kernels_packed_*_neon.cpp
+void fill_packed_neon_kernels(KernelTable& t);  // neon/packed_legacy.cpp
 void fill_packed_i8mm_neon_kernels(KernelTable& t);  // neon/packed_legacy_i8mm.cpp
 
 namespace {
@@ -131,10 +136,11 @@ void fill_neon_kernels(KernelTable& t) {
   fill_neon_legacy_kernels(t);
   fill_neon_kquant_kernels(t);
   fill_rows_neon_kernels(t);  // attention's float row kernels
-  t.types[(uint32_t)DType::Q8_0].quantize = quantize_q8_0;
-  t.types[(uint32_t)DType::Q8_1].quantize = quantize_q8_1;
-  t.types[(uint32_t)DType::Q8_K].quantize = quantize_q8_k;
-  fill_packed_neon_kernels(t);  // after the quantizers, which it wraps
+  // The Q8 quantizers, which the packed kernels also call by name.
+  t.types[(uint32_t)DType::Q8_0].quantize = neon::quantize_q8_0;
+  t.types[(uint32_t)DType::Q8_1].quantize = neon::quantize_q8_1;
+  t.types[(uint32_t)DType::Q8_K].quantize = neon::quantize_q8_k;
+  fill_packed_neon_kernels(t);
   // SMMLA tiles for calls of 2+ tokens over the same packed layouts (1-token
   // calls keep the dotprod tiles); only where the CPU executes them.
   if (cpu_has_i8mm()) fill_packed_i8mm_neon_kernels(t);

@@ -3,6 +3,8 @@
 // from the OCP microscaling spec and llama.cpp's block layout: the table holds
 // the e2m1 values doubled (0, .5, 1, 1.5, 2, 3, 4, 6 -> integers) so a dot with
 // Q8_0 stays in integers, and the scale 2^(e - 127) is halved to match.
+#include "kernels/ref/mxfp4.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -12,7 +14,6 @@
 
 namespace spool::detail {
 
-extern const int8_t kMxfp4Values[16];  // shared with the x86 kernels
 const int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 float mxfp4_half_scale(uint8_t e) { return std::ldexp(1.0f, (int)e - 128); }

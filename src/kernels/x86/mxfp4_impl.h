@@ -11,11 +11,9 @@
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
 #include "kernels/fill.h"
+#include "kernels/ref/mxfp4.h"
 
 namespace spool::detail {
-
-extern const int8_t kMxfp4Values[16];  // ref/mxfp4.cpp
-float mxfp4_half_scale(uint8_t e);
 
 namespace {
 

@@ -1,31 +1,39 @@
-// Shared pieces of the AVX2 packed kernels (kernels_packed_*_avx2.cpp), the
+// Shared pieces of the AVX2 packed kernels (x86/packed_*_avx2.cpp), the
 // same design as the AVX-512 ones (x86/packed_avx512.h) at half the
 // width: 8 interleaved weight rows per group, so one ymm holds 4 consecutive
 // bytes of each of the 8 rows, and a maddubs against a broadcast 4-byte
 // slice of one activation row yields 8 per-row partial dots (as pairs of
 // int16) at once. AVX2 has no vpdpbusd: int16 pair sums are added while they
-// cannot overflow and widened to int32 with one vpmaddwd per block. The
-// driver walks groups (a group's weights stay in L1) and tiles of up to
-// Kernel::kTokens activation rows. Include only from files compiled with the
+// cannot overflow and widened to int32 with one vpmaddwd per block. Packing
+// and the driver are packed.h's. Include only from files compiled with the
 // AVX2 flags.
 #pragma once
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <array>
 #include <cstring>
-#include <utility>
 
 #include "core/quant_blocks.h"
 #include "kernels/fill.h"
+#include "kernels/packed.h"
+#include "kernels/x86/quantize_q8.h"
 
 namespace spool::detail::packed2 {
 
 constexpr int kRows = 8;  // rows per interleaved group
+// Tiles are told the count of a group's real rows (store_rows).
+using Groups = packing::CountedGroups<kRows>;
 
-inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
-inline int64_t n_groups(int64_t n_rows) { return (n_rows + kRows - 1) / kRows; }
+using packing::round_up;
+inline int64_t n_groups(int64_t n_rows) { return packing::n_groups<Groups>(n_rows); }
+
+// Kernel::tile<C>(n_cols, group, act, act_stride, c, ldc, n_valid_rows)
+// computes an 8-row x C-token tile, C <= Kernel::kTokens; gemm_groups runs it
+// over a matrix, Packer makes the table entry (packed.h).
+template <class Kernel>
+constexpr packing::PackedGemmFn gemm_groups = packing::gemm_groups<Kernel, Groups>;
+template <class Kernel>
+using Packer = packing::Packer<Kernel, Groups>;
 
 // Broadcast of the 4 bytes at p (one activation chunk) to all 8 lanes.
 inline __m256i bcast4(const void* p) {
@@ -61,30 +69,6 @@ inline void store_rows(float* c, __m256 v, int n_valid) {
   alignas(32) float tmp[8];
   _mm256_store_ps(tmp, v);
   for (int i = 0; i < n_valid; ++i) c[i] = tmp[i];
-}
-
-// Kernel::tile<C>(n_cols, group, act, act_stride, c, ldc, n_valid_rows)
-// computes an 8-row x C-token tile, C <= Kernel::kTokens. Runs it over every
-// group and token tile. Every row of a tile is computed by the same
-// instructions in the same order whatever C is, so the result for one
-// activation row never depends on the rows batched with it.
-template <class Kernel>
-void gemm_groups(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as,
-                 int64_t n_tokens, float* c, size_t ldc) {
-  using TileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, float*, size_t, int);
-  static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
-    return std::array<TileFn, sizeof...(I)>{&Kernel::template tile<I + 1>...};
-  }(std::make_integer_sequence<int, Kernel::kTokens>());
-  const size_t group_bytes = Kernel::group_bytes(n_cols);
-  const auto* wg = static_cast<const uint8_t*>(w);
-  const auto* a = static_cast<const uint8_t*>(act);
-  for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
-    const int n_valid = (int)std::min<int64_t>(kRows, n_rows - g * kRows);
-    for (int64_t t = 0; t < n_tokens; t += Kernel::kTokens) {
-      const int nt = (int)std::min<int64_t>(Kernel::kTokens, n_tokens - t);
-      kFns[nt - 1](n_cols, wg, a + t * as, as, c + t * ldc + g * kRows, ldc, n_valid);
-    }
-  }
 }
 
 }  // namespace spool::detail::packed2

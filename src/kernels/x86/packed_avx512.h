@@ -1,26 +1,25 @@
-// Shared pieces of the AVX-512 packed kernels (kernels_packed_*_avx512.cpp):
-// 16 interleaved weight rows per group, so one zmm holds 4 consecutive
-// bytes of each of the 16 rows and a vpdpbusd against a broadcast 4-byte
-// slice of one activation row yields 16 per-row partial dots at once. The
-// driver walks groups (weights stay in L1) and tiles of up to kTileTokens.
-// Include only from files compiled with the AVX-512 flags.
+// Shared pieces of the AVX-512 packed kernels (x86/packed_*_avx512.cpp, and
+// the AMX tiles over the same layouts): 16 interleaved weight rows per group,
+// so one zmm holds 4 consecutive bytes of each of the 16 rows and a vpdpbusd
+// against a broadcast 4-byte slice of one activation row yields 16 per-row
+// partial dots at once. Packing and the driver are packed.h's. Include only
+// from files compiled with the AVX-512 flags.
 #pragma once
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <array>
 #include <cstring>
-#include <utility>
 
 #include "core/quant_blocks.h"
 #include "kernels/fill.h"
+#include "kernels/packed.h"
+#include "kernels/x86/quantize_q8.h"
 
 namespace spool::detail::packed {
 
 constexpr int kRows = 16;  // rows per interleaved group
 
-inline size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+using packing::round_up;
 inline int64_t n_groups(int64_t n_rows) { return (n_rows + kRows - 1) / kRows; }
 
 // Broadcast of the 4 bytes at p (one activation chunk) to all 16 lanes.
@@ -73,26 +72,34 @@ inline __mmask16 row_mask(int64_t rows_left) {
   return rows_left >= kRows ? (__mmask16)0xFFFF : (__mmask16)((1u << rows_left) - 1);
 }
 
+// Tiles are told a group's real rows as a lane mask (masked stores).
+struct Groups {
+  static constexpr int kRows = packed::kRows;
+  using Valid = __mmask16;
+  static __mmask16 valid(int64_t rows_left) { return row_mask(rows_left); }
+};
+
 // Kernel::tile<C>(n_cols, group, act, act_stride, c, ldc, mask) computes a
-// 16-row x C-token tile, C <= Kernel::kTokens. Runs it over every group and
-// token tile.
+// 16-row x C-token tile, C <= Kernel::kTokens; gemm_groups runs it over a
+// matrix, Packer makes the table entry (packed.h).
 template <class Kernel>
-void gemm_groups(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as,
-                 int64_t n_tokens, float* c, size_t ldc) {
-  using TileFn = void (*)(int64_t, const uint8_t*, const uint8_t*, size_t, float*, size_t, __mmask16);
-  static constexpr auto kFns = []<int... I>(std::integer_sequence<int, I...>) {
-    return std::array<TileFn, sizeof...(I)>{&Kernel::template tile<I + 1>...};
-  }(std::make_integer_sequence<int, Kernel::kTokens>());
-  const size_t group_bytes = Kernel::group_bytes(n_cols);
-  const auto* wg = static_cast<const uint8_t*>(w);
-  const auto* a = static_cast<const uint8_t*>(act);
-  for (int64_t g = 0; g < n_groups(n_rows); ++g, wg += group_bytes) {
-    const __mmask16 mask = row_mask(n_rows - g * kRows);
-    for (int64_t t = 0; t < n_tokens; t += Kernel::kTokens) {
-      const int nt = (int)std::min<int64_t>(Kernel::kTokens, n_tokens - t);
-      kFns[nt - 1](n_cols, wg, a + t * as, as, c + t * ldc + g * kRows, ldc, mask);
-    }
-  }
-}
+constexpr packing::PackedGemmFn gemm_groups = packing::gemm_groups<Kernel, Groups>;
+template <class Kernel>
+using Packer = packing::Packer<Kernel, Groups>;
 
 }  // namespace spool::detail::packed
+
+namespace spool::detail::avx512 {
+// The VNNI gemms of the packed layouts that the AMX tiles also read
+// (x86/packed_legacy_avx512.cpp, x86/packed_kquant_avx512.cpp): the driver
+// and tiles of the AVX-512 table's entries, by name, for the AMX kernels'
+// calls too small for a tile.
+void packed_gemm_q4_0(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
+                      float* c, size_t ldc);
+void packed_gemm_q8_0(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
+                      float* c, size_t ldc);
+void packed_gemm_q4_k(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
+                      float* c, size_t ldc);
+void packed_gemm_q6_k(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
+                      float* c, size_t ldc);
+}  // namespace spool::detail::avx512

@@ -180,15 +180,15 @@ T* aligned_scratch(std::vector<uint8_t>& buf, size_t n) {
   return reinterpret_cast<T*>((p + 63) & ~uintptr_t{63});
 }
 
-template <class K>
+// kVnniGemm: the AVX-512 table's gemm of the type (packed_avx512.h), for calls
+// below kMinTokens.
+template <class K, packing::PackedGemmFn kVnniGemm>
 struct TileGemm {
-  static inline PackedKernels vnni;  // the AVX-512 table's kernels for this type
-
   // Activation row: [n int8][nb float d][Q4_K: nb x 8 int16 sums of 32].
   static void gemm(int64_t n_cols, const void* w, int64_t n_rows, const void* act_v, size_t as, int64_t n_tokens,
                    float* c, size_t ldc) {
     if (n_tokens < kMinTokens) {
-      vnni.gemm(n_cols, w, n_rows, act_v, as, n_tokens, c, ldc);
+      kVnniGemm(n_cols, w, n_rows, act_v, as, n_tokens, c, ldc);
       return;
     }
     const int64_t nb = n_cols / kQKK;
@@ -246,7 +246,6 @@ struct TileGemm {
   // K's super-blocks); otherwise keeps it.
   static void install(PackedKernels& pk) {
     if (pk.rows != kRows || pk.packed_bytes(kRows, kQKK) != K::kSuperBytes) return;
-    vnni = pk;
     pk.gemm = gemm;
   }
 };
@@ -254,8 +253,8 @@ struct TileGemm {
 }  // namespace
 
 void fill_packed_kquant_amx_kernels(KernelTable& t) {
-  TileGemm<Q4KTiles>::install(t.types[(uint32_t)DType::Q4_K].packed);
-  TileGemm<Q6KTiles>::install(t.types[(uint32_t)DType::Q6_K].packed);
+  TileGemm<Q4KTiles, avx512::packed_gemm_q4_k>::install(t.types[(uint32_t)DType::Q4_K].packed);
+  TileGemm<Q6KTiles, avx512::packed_gemm_q6_k>::install(t.types[(uint32_t)DType::Q6_K].packed);
 }
 
 SPOOL_AMX_NS_END

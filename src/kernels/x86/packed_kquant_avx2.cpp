@@ -12,14 +12,8 @@ namespace {
 
 using namespace packed2;
 
-QuantizeRowFn g_quantize_q8_k = nullptr;  // the table's Q8_K quantizer
-
-const BlockQ8_K* quantize_q8_k_tmp(const float* x, int64_t n) {
-  thread_local std::vector<BlockQ8_K> tmp;
-  tmp.resize(n / kQKK);
-  g_quantize_q8_k(x, tmp.data(), n);
-  return tmp.data();
-}
+// The AVX2 table's Q8_K quantization of a row, in a per-thread buffer.
+constexpr auto quantize_q8_k_tmp = packing::q8_k_row<avx2::quantize_q8_k>;
 
 // pshufb control that turns each 32-bit lane's 4 bytes into the int16 pair
 // (byte k0, byte k1): zero-extended, or (high) in the upper byte of each
@@ -61,6 +55,8 @@ struct Q4KPacked {
   static constexpr int kTokens = 4;  // acc, tot and int16 sums per token: 12 of the 16 ymm
   static constexpr size_t kScales = 4 * kRows, kQs = kScales + 96;
   static constexpr size_t kSuperBytes = kQs + 32 * 32;
+  static constexpr int kBlockCols = kQKK;
+  static constexpr size_t kSrcBytes = sizeof(BlockQ4_K), kBlockBytes = kSuperBytes;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQKK) * kSuperBytes; }
   static size_t act_bytes(int64_t n) { return round_up((size_t)n + 20 * (size_t)(n / kQKK), 32); }
 
@@ -161,8 +157,8 @@ struct Q4KPacked {
     SPOOL_UNROLL for (int j = 0; j < C; ++j) store_rows(c + j * ldc, acc[j], n_valid);
   }
 
-  static void pack_block(const BlockQ4_K& src, int r, uint8_t* group, int64_t b, int64_t) {
-    uint8_t* blk = group + b * kSuperBytes;
+  static void pack_block(const uint8_t* src_block, int r, uint8_t* blk) {
+    const auto& src = *reinterpret_cast<const BlockQ4_K*>(src_block);
     std::memcpy(blk + 2 * r, &src.d, 2);
     std::memcpy(blk + 2 * kRows + 2 * r, &src.dmin, 2);
     for (int k = 0; k < 3; ++k) std::memcpy(blk + kScales + 32 * k + 4 * r, src.scales + 4 * k, 4);
@@ -185,6 +181,8 @@ struct Q6KPacked {
   static constexpr int kTokens = 4;
   static constexpr size_t kQs = 4 * 32;
   static constexpr size_t kSuperBytes = kQs + 16 * 96;
+  static constexpr int kBlockCols = kQKK;
+  static constexpr size_t kSrcBytes = sizeof(BlockQ6_K);
   static size_t group_bytes(int64_t n) { return round_up((size_t)(n / kQKK) * (kSuperBytes + 2 * kRows), 32); }
   static size_t act_bytes(int64_t n) { return round_up((size_t)n + 36 * (size_t)(n / kQKK), 32); }
 
@@ -268,7 +266,9 @@ struct Q6KPacked {
     SPOOL_UNROLL for (int j = 0; j < C; ++j) store_rows(c + j * ldc, acc[j], n_valid);
   }
 
-  static void pack_block(const BlockQ6_K& src, int r, uint8_t* group, int64_t b, int64_t nb) {
+  // The row scales go after the group's super-blocks: the group, not a block.
+  static void pack_block(const uint8_t* src_block, int r, uint8_t* group, int64_t b, int64_t nb) {
+    const auto& src = *reinterpret_cast<const BlockQ6_K*>(src_block);
     uint8_t u[kQKK];  // levels 0..63 in element order
     for (int h = 0; h < 2; ++h) {
       const uint8_t *ql = src.ql + 64 * h, *qh = src.qh + 32 * h;
@@ -296,41 +296,11 @@ struct Q6KPacked {
 
 #undef SPOOL_UNROLL
 
-// Packing, shared: padding rows stay zero (zero scales: no contribution).
-template <class Kernel, class Block>
-struct Packer {
-  static size_t packed_bytes(int64_t n_rows, int64_t n_cols) {
-    return (size_t)n_groups(n_rows) * Kernel::group_bytes(n_cols);
-  }
-  static void pack(const void* w, size_t ws, int64_t n_rows, int64_t n_cols, void* out) {
-    auto* dst = static_cast<uint8_t*>(out);
-    std::memset(dst, 0, packed_bytes(n_rows, n_cols));
-    const int64_t nb = n_cols / kQKK;
-    for (int64_t g = 0; g < n_groups(n_rows); ++g) {
-      for (int r = 0; r < kRows && g * kRows + r < n_rows; ++r) {
-        const auto* row = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (g * kRows + r) * ws);
-        for (int64_t b = 0; b < nb; ++b) Kernel::pack_block(row[b], r, dst + g * Kernel::group_bytes(n_cols), b, nb);
-      }
-    }
-  }
-  static PackedKernels kernels() {
-    PackedKernels k;
-    k.rows = kRows;
-    k.packed_bytes = packed_bytes;
-    k.pack = pack;
-    k.act_bytes = Kernel::act_bytes;
-    k.quantize_act = Kernel::quantize_act;
-    k.gemm = gemm_groups<Kernel>;
-    return k;
-  }
-};
-
 }  // namespace
 
 void fill_packed_kquant_avx2_kernels(KernelTable& t) {
-  g_quantize_q8_k = t.types[(uint32_t)DType::Q8_K].quantize;  // set by fill_x86_table
-  t.types[(uint32_t)DType::Q4_K].packed = Packer<Q4KPacked, BlockQ4_K>::kernels();
-  t.types[(uint32_t)DType::Q6_K].packed = Packer<Q6KPacked, BlockQ6_K>::kernels();
+  t.types[(uint32_t)DType::Q4_K].packed = Packer<Q4KPacked>::kernels();
+  t.types[(uint32_t)DType::Q6_K].packed = Packer<Q6KPacked>::kernels();
 }
 
 }  // namespace spool::detail

@@ -23,14 +23,8 @@ constexpr bool prefetch_k() { return C == 1 || C >= 4; }
 
 using namespace packed;
 
-QuantizeRowFn g_quantize_q8_k = nullptr;  // the table's Q8_K quantizer
-
-const BlockQ8_K* quantize_q8_k_tmp(const float* x, int64_t n) {
-  thread_local std::vector<BlockQ8_K> tmp;
-  tmp.resize(n / kQKK);
-  g_quantize_q8_k(x, tmp.data(), n);
-  return tmp.data();
-}
+// The AVX-512 table's Q8_K quantization of a row, in a per-thread buffer.
+constexpr auto quantize_q8_k_tmp = packing::q8_k_row<avx512::quantize_q8_k>;
 
 #define SPOOL_UNROLL _Pragma("GCC unroll 16")
 
@@ -39,6 +33,8 @@ const BlockQ8_K* quantize_q8_k_tmp(const float* x, int64_t n) {
 // super-block: Q4KLayout (x86/packed_avx512.h).
 struct Q4KPacked : Q4KLayout {
   static constexpr int kTokens = 8;
+  static constexpr int kBlockCols = kQKK;
+  static constexpr size_t kSrcBytes = sizeof(BlockQ4_K), kBlockBytes = kSuperBytes;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQKK) * kSuperBytes; }
   static size_t act_bytes(int64_t n) { return round_up((size_t)n + 20 * (size_t)(n / kQKK), 64); }
 
@@ -131,7 +127,8 @@ struct Q4KPacked : Q4KLayout {
     SPOOL_UNROLL for (int j = 0; j < C; ++j) _mm512_mask_storeu_ps(c + j * ldc, mask, acc[j]);
   }
 
-  static void pack_block(const BlockQ4_K& src, int r, uint8_t* blk) {
+  static void pack_block(const uint8_t* src_block, int r, uint8_t* blk) {
+    const auto& src = *reinterpret_cast<const BlockQ4_K*>(src_block);
     std::memcpy(blk + 2 * r, &src.d, 2);
     std::memcpy(blk + 2 * kRows + 2 * r, &src.dmin, 2);
     for (int s = 0; s < 8; ++s) {
@@ -150,6 +147,8 @@ struct Q4KPacked : Q4KLayout {
 // Group super-block: Q6KLayout (x86/packed_avx512.h).
 struct Q6KPacked : Q6KLayout {
   static constexpr int kTokens = 8;
+  static constexpr int kBlockCols = kQKK;
+  static constexpr size_t kSrcBytes = sizeof(BlockQ6_K), kBlockBytes = kSuperBytes;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQKK) * kSuperBytes; }
   static size_t act_bytes(int64_t n) { return round_up((size_t)n + 68 * (size_t)(n / kQKK), 64); }
 
@@ -225,7 +224,8 @@ struct Q6KPacked : Q6KLayout {
     SPOOL_UNROLL for (int j = 0; j < C; ++j) _mm512_mask_storeu_ps(c + j * ldc, mask, acc[j]);
   }
 
-  static void pack_block(const BlockQ6_K& src, int r, uint8_t* blk) {
+  static void pack_block(const uint8_t* src_block, int r, uint8_t* blk) {
+    const auto& src = *reinterpret_cast<const BlockQ6_K*>(src_block);
     uint8_t u[kQKK];  // levels 0..63 in element order
     for (int h = 0; h < 2; ++h) {
       const uint8_t *ql = src.ql + 64 * h, *qh = src.qh + 32 * h;
@@ -252,41 +252,24 @@ struct Q6KPacked : Q6KLayout {
 
 #undef SPOOL_UNROLL
 
-// Packing, shared: padding rows stay zero (zero scales: no contribution).
-template <class Kernel, class Block>
-struct Packer {
-  static size_t packed_bytes(int64_t n_rows, int64_t n_cols) {
-    return (size_t)n_groups(n_rows) * Kernel::group_bytes(n_cols);
-  }
-  static void pack(const void* w, size_t ws, int64_t n_rows, int64_t n_cols, void* out) {
-    auto* dst = static_cast<uint8_t*>(out);
-    std::memset(dst, 0, packed_bytes(n_rows, n_cols));
-    for (int64_t g = 0; g < n_groups(n_rows); ++g) {
-      for (int r = 0; r < kRows && g * kRows + r < n_rows; ++r) {
-        const auto* row = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (g * kRows + r) * ws);
-        for (int64_t b = 0; b < n_cols / kQKK; ++b)
-          Kernel::pack_block(row[b], r, dst + g * Kernel::group_bytes(n_cols) + b * Kernel::kSuperBytes);
-      }
-    }
-  }
-  static PackedKernels kernels() {
-    PackedKernels k;
-    k.rows = kRows;
-    k.packed_bytes = packed_bytes;
-    k.pack = pack;
-    k.act_bytes = Kernel::act_bytes;
-    k.quantize_act = Kernel::quantize_act;
-    k.gemm = gemm_groups<Kernel>;
-    return k;
-  }
-};
-
 }  // namespace
 
 void fill_packed_kquant_avx512_kernels(KernelTable& t) {
-  g_quantize_q8_k = t.types[(uint32_t)DType::Q8_K].quantize;  // set by fill_x86_table
-  t.types[(uint32_t)DType::Q4_K].packed = Packer<Q4KPacked, BlockQ4_K>::kernels();
-  t.types[(uint32_t)DType::Q6_K].packed = Packer<Q6KPacked, BlockQ6_K>::kernels();
+  t.types[(uint32_t)DType::Q4_K].packed = Packer<Q4KPacked>::kernels();
+  t.types[(uint32_t)DType::Q6_K].packed = Packer<Q6KPacked>::kernels();
 }
+
+namespace avx512 {
+
+void packed_gemm_q4_k(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
+                      float* c, size_t ldc) {
+  packed::gemm_groups<Q4KPacked>(n_cols, w, n_rows, act, as, n_tokens, c, ldc);
+}
+void packed_gemm_q6_k(int64_t n_cols, const void* w, int64_t n_rows, const void* act, size_t as, int64_t n_tokens,
+                      float* c, size_t ldc) {
+  packed::gemm_groups<Q6KPacked>(n_cols, w, n_rows, act, as, n_tokens, c, ldc);
+}
+
+}  // namespace avx512
 
 }  // namespace spool::detail

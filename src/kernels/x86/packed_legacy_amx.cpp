@@ -121,13 +121,12 @@ ActTile act_tile(const uint8_t* act, size_t as, int64_t n_cols, int n_tokens, co
   return ActTile{q, q_stride, d, n_tokens};
 }
 
-PackedKernels g_vnni[2];  // the AVX-512 table's packed Q8_0 [0] and Q4_0 [1]
-
 template <bool kNibbles>
 void gemm_amx(int64_t n_cols, const void* w, int64_t n_rows, const void* act_v, size_t as, int64_t n_tokens,
               float* c, size_t ldc) {
-  if (n_tokens < kMinTokens) {
-    g_vnni[kNibbles].gemm(n_cols, w, n_rows, act_v, as, n_tokens, c, ldc);
+  if (n_tokens < kMinTokens) {  // the AVX-512 table's VNNI kernel (packed_avx512.h)
+    constexpr packing::PackedGemmFn vnni = kNibbles ? avx512::packed_gemm_q4_0 : avx512::packed_gemm_q8_0;
+    vnni(n_cols, w, n_rows, act_v, as, n_tokens, c, ldc);
     return;
   }
   const int64_t nb = n_cols / kQK;
@@ -174,7 +173,6 @@ void fill_packed_amx_kernels(KernelTable& t) {
   PackedKernels& q8 = t.types[(uint32_t)DType::Q8_0].packed;
   PackedKernels& q4 = t.types[(uint32_t)DType::Q4_0].packed;
   if (q8.rows != kRows || q4.rows != kRows) return;  // not the AVX-512 layouts: keep them
-  g_vnni[0] = q8, g_vnni[1] = q4;
   q8.gemm = gemm_amx<false>;
   q4.gemm = gemm_amx<true>;
 }

@@ -7,22 +7,21 @@
 // (8 x 2 x 15 x 127 fits), the -8 * sum(a) start value from the activation
 // row. Q8_0 keeps signed levels: maddubs(|w|, a with w's sign), as 0..255
 // levels would overflow maddubs's int16 pairs.
+#include <vector>
+
 #include "kernels/x86/packed_act.h"
 #include "kernels/x86/packed_avx2.h"
-
-#include <vector>
 
 namespace spool::detail {
 namespace {
 
 using namespace packed2;
 
-QuantizeRowFn g_quantize_q8_0 = nullptr;  // the table's Q8_0 quantizer
-
-// Activation row: packed_act's Q8_0 row with a -kOffset * sum bias, 32-byte multiple.
-size_t act_bytes(int64_t n) { return packed_act::q8_row_bytes(n, 32); }
+// Activation row: packed_act's Q8_0 row (the AVX2 table's quantizer) with a
+// -kOffset * sum bias, 32-byte multiple.
+size_t legacy_act_bytes(int64_t n) { return packed_act::q8_row_bytes(n, 32); }
 template <int kOffset>
-void quantize_act(const float* x, void* out, int64_t n) { packed_act::q8_row<kOffset>(g_quantize_q8_0, x, out, n); }
+constexpr QuantizeRowFn legacy_quantize_act = packed_act::q8_row<kOffset, avx2::quantize_q8_0>;
 
 #define SPOOL_UNROLL _Pragma("GCC unroll 16")
 
@@ -39,7 +38,10 @@ struct ActRow {  // one converted activation row
 
 struct Q4_0Packed {
   static constexpr int kTokens = 4;  // activation rows per micro-tile (16 ymm registers)
-  static constexpr size_t kBlockBytes = 2 * kRows + 4 * 32;
+  static constexpr int kBlockCols = kQK;
+  static constexpr size_t kSrcBytes = sizeof(BlockQ4_0), kBlockBytes = 2 * kRows + 4 * 32;
+  static constexpr auto act_bytes = legacy_act_bytes;
+  static constexpr QuantizeRowFn quantize_act = legacy_quantize_act<8>;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQK) * kBlockBytes; }
 
   template <int C>
@@ -83,7 +85,10 @@ struct Q4_0Packed {
 
 struct Q8_0Packed {
   static constexpr int kTokens = 4;
-  static constexpr size_t kBlockBytes = 2 * kRows + 8 * 32;
+  static constexpr int kBlockCols = kQK;
+  static constexpr size_t kSrcBytes = sizeof(BlockQ8_0), kBlockBytes = 2 * kRows + 8 * 32;
+  static constexpr auto act_bytes = legacy_act_bytes;
+  static constexpr QuantizeRowFn quantize_act = legacy_quantize_act<0>;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQK) * kBlockBytes; }
 
   template <int C>
@@ -125,42 +130,11 @@ struct Q8_0Packed {
 
 #undef SPOOL_UNROLL
 
-// Packing, shared: padding rows keep zero scales and levels (no contribution).
-template <class Kernel, int kBlockSrcBytes, int kOffset>
-struct Packer {
-  static size_t packed_bytes(int64_t n_rows, int64_t n_cols) {
-    return (size_t)n_groups(n_rows) * Kernel::group_bytes(n_cols);
-  }
-  static void pack(const void* w, size_t ws, int64_t n_rows, int64_t n_cols, void* out) {
-    auto* dst = static_cast<uint8_t*>(out);
-    std::memset(dst, 0, packed_bytes(n_rows, n_cols));
-    for (int64_t g = 0; g < n_groups(n_rows); ++g) {
-      for (int r = 0; r < kRows && g * kRows + r < n_rows; ++r) {
-        const uint8_t* row = static_cast<const uint8_t*>(w) + (g * kRows + r) * ws;
-        for (int64_t b = 0; b < n_cols / kQK; ++b)
-          Kernel::pack_block(row + b * kBlockSrcBytes, r,
-                             dst + g * Kernel::group_bytes(n_cols) + b * Kernel::kBlockBytes);
-      }
-    }
-  }
-  static PackedKernels kernels() {
-    PackedKernels k;
-    k.rows = kRows;
-    k.packed_bytes = packed_bytes;
-    k.pack = pack;
-    k.act_bytes = act_bytes;
-    k.quantize_act = quantize_act<kOffset>;
-    k.gemm = gemm_groups<Kernel>;
-    return k;
-  }
-};
-
 }  // namespace
 
 void fill_packed_legacy_avx2_kernels(KernelTable& t) {
-  g_quantize_q8_0 = t.types[(uint32_t)DType::Q8_0].quantize;  // set by fill_x86_table
-  t.types[(uint32_t)DType::Q4_0].packed = Packer<Q4_0Packed, sizeof(BlockQ4_0), 8>::kernels();
-  t.types[(uint32_t)DType::Q8_0].packed = Packer<Q8_0Packed, sizeof(BlockQ8_0), 0>::kernels();
+  t.types[(uint32_t)DType::Q4_0].packed = Packer<Q4_0Packed>::kernels();
+  t.types[(uint32_t)DType::Q8_0].packed = Packer<Q8_0Packed>::kernels();
 }
 
 }  // namespace spool::detail

@@ -5,27 +5,23 @@
 // chunk m + 4 in its high nibbles, as in the original bytes).
 #include <vector>
 
+#include "kernels/ref/mxfp4.h"
 #include "kernels/x86/packed_act.h"
 #include "kernels/x86/packed_avx512.h"
 
 namespace spool::detail {
-
-extern const int8_t kMxfp4Values[16];  // ref/mxfp4.cpp
-
 namespace {
 
 using namespace packed;
-
-QuantizeRowFn g_quantize_q8_0 = nullptr;  // the table's Q8_0 quantizer
 
 // vpdpbusd multiplies unsigned by signed bytes: the doubled e2m1 values are
 // looked up as value + kOffset (0..24) and each block's int sum starts at
 // -kOffset * sum(a), from the activation row.
 constexpr int kOffset = 12;
 
-// Activation row: packed_act's Q8_0 row with a -kOffset * sum bias, 64-byte multiple.
-size_t act_bytes(int64_t n) { return packed_act::q8_row_bytes(n, 64); }
-void quantize_act(const float* x, void* out, int64_t n) { packed_act::q8_row<kOffset>(g_quantize_q8_0, x, out, n); }
+// Activation row: packed_act's Q8_0 row (the AVX-512 table's quantizer) with a -kOffset *
+// sum bias, 64-byte multiple.
+size_t mxfp4_act_bytes(int64_t n) { return packed_act::q8_row_bytes(n, 64); }
 
 // 2^(e - 128) for 16 exponent bytes, as mxfp4_half_scale: the float with
 // exponent field e - 1, or for e < 2 the subnormal 2^21 << e (x 2^-149).
@@ -41,7 +37,10 @@ inline __m512 half_scales(const uint8_t* e8) {
 
 struct Mxfp4Packed {
   static constexpr int kTokens = 8;  // activation rows per micro-tile
-  static constexpr size_t kBlockBytes = kRows + 4 * 64;
+  static constexpr int kBlockCols = kQK;
+  static constexpr size_t kSrcBytes = sizeof(BlockMXFP4), kBlockBytes = kRows + 4 * 64;
+  static constexpr auto act_bytes = mxfp4_act_bytes;
+  static constexpr QuantizeRowFn quantize_act = packed_act::q8_row<kOffset, avx512::quantize_q8_0>;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQK) * kBlockBytes; }
 
   template <int C>
@@ -78,35 +77,11 @@ struct Mxfp4Packed {
     SPOOL_UNROLL for (int j = 0; j < C; ++j) _mm512_mask_storeu_ps(c + j * ldc, mask, acc[j]);
   }
 
-  static size_t packed_bytes(int64_t n_rows, int64_t n_cols) {
-    return (size_t)n_groups(n_rows) * group_bytes(n_cols);
-  }
-
   // Padding rows keep exponent 0 and nibble 0 (value 0): no contribution.
-  static void pack(const void* w, size_t ws, int64_t n_rows, int64_t n_cols, void* out) {
-    auto* dst = static_cast<uint8_t*>(out);
-    std::memset(dst, 0, packed_bytes(n_rows, n_cols));
-    for (int64_t g = 0; g < n_groups(n_rows); ++g) {
-      for (int r = 0; r < kRows && g * kRows + r < n_rows; ++r) {
-        const auto* row = reinterpret_cast<const BlockMXFP4*>(static_cast<const uint8_t*>(w) + (g * kRows + r) * ws);
-        for (int64_t b = 0; b < n_cols / kQK; ++b) {
-          uint8_t* blk = dst + g * group_bytes(n_cols) + b * kBlockBytes;
-          blk[r] = row[b].e;
-          for (int m = 0; m < 4; ++m) std::memcpy(blk + kRows + 64 * m + 4 * r, row[b].qs + 4 * m, 4);
-        }
-      }
-    }
-  }
-
-  static PackedKernels kernels() {
-    PackedKernels k;
-    k.rows = kRows;
-    k.packed_bytes = packed_bytes;
-    k.pack = pack;
-    k.act_bytes = act_bytes;
-    k.quantize_act = quantize_act;
-    k.gemm = gemm_groups<Mxfp4Packed>;
-    return k;
+  static void pack_block(const uint8_t* src_block, int r, uint8_t* blk) {
+    const auto& src = *reinterpret_cast<const BlockMXFP4*>(src_block);
+    blk[r] = src.e;
+    for (int m = 0; m < 4; ++m) std::memcpy(blk + kRows + 64 * m + 4 * r, src.qs + 4 * m, 4);
   }
 };
 
@@ -115,8 +90,7 @@ struct Mxfp4Packed {
 }  // namespace
 
 void fill_packed_mxfp4_avx512_kernels(KernelTable& t) {
-  g_quantize_q8_0 = t.types[(uint32_t)DType::Q8_0].quantize;  // set by fill_x86_table
-  t.types[(uint32_t)DType::MXFP4].packed = Mxfp4Packed::kernels();
+  t.types[(uint32_t)DType::MXFP4].packed = Packer<Mxfp4Packed>::kernels();
 }
 
 }  // namespace spool::detail

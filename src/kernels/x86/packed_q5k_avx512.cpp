@@ -22,7 +22,6 @@ using namespace packed;
 template <int C>
 constexpr bool prefetch_k() { return C == 1 || C >= 4; }
 
-QuantizeRowFn g_quantize_q8_k = nullptr;  // the table's Q8_K quantizer
 
 #define SPOOL_UNROLL _Pragma("GCC unroll 16")
 
@@ -48,14 +47,14 @@ struct Q5KPacked {
   static constexpr int kTokens = 8;
   static constexpr size_t kScales = 4 * kRows, kMins = kScales + 8 * kRows, kQs = kMins + 8 * kRows;
   static constexpr size_t kQh = kQs + 32 * 64, kSuperBytes = kQh + 8 * 64;
+  static constexpr int kBlockCols = kQKK;
+  static constexpr size_t kSrcBytes = sizeof(BlockQ5_K), kBlockBytes = kSuperBytes;
   static size_t group_bytes(int64_t n) { return (size_t)(n / kQKK) * kSuperBytes; }
   static size_t act_bytes(int64_t n) { return round_up((size_t)n + 20 * (size_t)(n / kQKK), 64); }
 
   static void quantize_act(const float* x, void* out, int64_t n) {
-    thread_local std::vector<BlockQ8_K> tmp;
     const int64_t nb = n / kQKK;
-    tmp.resize(nb);
-    g_quantize_q8_k(x, tmp.data(), n);
+    const BlockQ8_K* tmp = packing::q8_k_row<avx512::quantize_q8_k>(x, n);  // the table's Q8_K
     auto* q = static_cast<int8_t*>(out);
     auto* d = reinterpret_cast<float*>(q + n);
     auto* sums = reinterpret_cast<int16_t*>(d + nb);
@@ -128,7 +127,8 @@ struct Q5KPacked {
     SPOOL_UNROLL for (int j = 0; j < C; ++j) _mm512_mask_storeu_ps(c + j * ldc, mask, acc[j]);
   }
 
-  static void pack_block(const BlockQ5_K& src, int r, uint8_t* blk) {
+  static void pack_block(const uint8_t* src_block, int r, uint8_t* blk) {
+    const auto& src = *reinterpret_cast<const BlockQ5_K*>(src_block);
     std::memcpy(blk + 2 * r, &src.d, 2);
     std::memcpy(blk + 2 * kRows + 2 * r, &src.dmin, 2);
     for (int s = 0; s < 8; ++s) {
@@ -146,32 +146,10 @@ struct Q5KPacked {
 
 #undef SPOOL_UNROLL
 
-size_t packed_bytes(int64_t n_rows, int64_t n_cols) { return (size_t)n_groups(n_rows) * Q5KPacked::group_bytes(n_cols); }
-
-// Padding rows stay zero (zero scales: no contribution).
-void pack(const void* w, size_t ws, int64_t n_rows, int64_t n_cols, void* out) {
-  auto* dst = static_cast<uint8_t*>(out);
-  std::memset(dst, 0, packed_bytes(n_rows, n_cols));
-  for (int64_t g = 0; g < n_groups(n_rows); ++g) {
-    for (int r = 0; r < kRows && g * kRows + r < n_rows; ++r) {
-      const auto* row = reinterpret_cast<const BlockQ5_K*>(static_cast<const uint8_t*>(w) + (g * kRows + r) * ws);
-      uint8_t* group = dst + g * Q5KPacked::group_bytes(n_cols);
-      for (int64_t b = 0; b < n_cols / kQKK; ++b) Q5KPacked::pack_block(row[b], r, group + b * Q5KPacked::kSuperBytes);
-    }
-  }
-}
-
 }  // namespace
 
 void fill_packed_q5k_avx512_kernels(KernelTable& t) {
-  g_quantize_q8_k = t.types[(uint32_t)DType::Q8_K].quantize;  // set by fill_x86_table
-  PackedKernels& k = t.types[(uint32_t)DType::Q5_K].packed;
-  k.rows = kRows;
-  k.packed_bytes = packed_bytes;
-  k.pack = pack;
-  k.act_bytes = Q5KPacked::act_bytes;
-  k.quantize_act = Q5KPacked::quantize_act;
-  k.gemm = gemm_groups<Q5KPacked>;
+  t.types[(uint32_t)DType::Q5_K].packed = Packer<Q5KPacked>::kernels();
 }
 
 }  // namespace spool::detail

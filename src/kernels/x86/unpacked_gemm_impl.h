@@ -254,9 +254,6 @@ void fill_x86_table(KernelTable& t) {
   set(DType::Q4_K, vec_dot_q4_k, gemm_tiled<TileQ4K, SPOOL_KTILE_R, SPOOL_KTILE_C, vec_dot_q4_k>);
   set(DType::Q5_K, vec_dot_q5_k, nullptr);
   set(DType::Q6_K, vec_dot_q6_k, gemm_tiled<TileQ6K, SPOOL_KTILE_R, SPOOL_KTILE_C, vec_dot_q6_k>);
-  t.types[(uint32_t)DType::Q8_0].quantize = quantize_q8_0;
-  t.types[(uint32_t)DType::Q8_1].quantize = quantize_q8_1;
-  t.types[(uint32_t)DType::Q8_K].quantize = quantize_q8_k;
   t.types[(uint32_t)DType::F16].quantize = quantize_f16;
   t.types[(uint32_t)DType::F16].dequantize = dequantize_half<load_f16x8, fp16>;
   t.types[(uint32_t)DType::BF16].dequantize = dequantize_half<load_bf16x8, bf16_scalar>;
