@@ -154,6 +154,9 @@ TEST(GgufReader, RefusesMalformedFiles) {
   std::string e = error_of(write_temp("type.gguf", valid_file(99).b));
   EXPECT_NE(e.find("unsupported tensor type id 99"), std::string::npos) << e;
   EXPECT_NE(e.find("'t'"), std::string::npos) << e;
+  e = error_of(write_temp("nvfp4.gguf", valid_file(40).b));  // a ggml type spool does not read yet
+  EXPECT_NE(e.find("unsupported tensor type id 40 (NVFP4"), std::string::npos) << e;
+  EXPECT_NE(e.find("'t'"), std::string::npos) << e;
 
   e = error_of(write_temp("align.gguf", valid_file(0, 4).b));
   EXPECT_NE(e.find("not aligned"), std::string::npos) << e;

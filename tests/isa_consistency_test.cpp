@@ -65,6 +65,8 @@ TEST_P(IsaConsistency, LogitsMatchScalarReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, IsaConsistency,
                          ::testing::Values("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
-                                           "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "MXFP4"));
+                                           "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "MXFP4", "IQ2_XXS", "IQ2_XS",
+                                           "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "IQ4_NL", "IQ4_XS",
+                                           "TQ1_0", "TQ2_0", "Q1_0", "Q2_0"));
 
 }  // namespace

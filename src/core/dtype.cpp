@@ -1,7 +1,9 @@
 // The traits table behind dtype.h: one row per supported type, indexed by
 // its GGUF id. vec_dot_type says what activations each weight type is dotted
 // with: float weights keep full-precision float activations, the legacy
-// types use Q8_0 (or Q8_1 when they carry a minimum), the K-quants Q8_K.
+// types use Q8_0 (or Q8_1 when they carry a minimum), the K-quants Q8_K, and
+// the low-bit types what llama.cpp dots them with (Q8_K; Q8_0 for IQ4_NL,
+// Q1_0 and Q2_0, whose blocks are multiples of 32).
 #include "core/dtype.h"
 
 #include <array>
@@ -35,6 +37,19 @@ constexpr Row kRows[] = {
     {DType::Q6_K, {"Q6_K", kQKK, sizeof(BlockQ6_K), true, DType::Q8_K}},
     {DType::Q8_K, {"Q8_K", kQKK, sizeof(BlockQ8_K), true, DType::Q8_K}},
     {DType::MXFP4, {"MXFP4", kQK, sizeof(BlockMXFP4), true, DType::Q8_0}},
+    {DType::IQ2_XXS, {"IQ2_XXS", kQKK, sizeof(BlockIQ2_XXS), true, DType::Q8_K}},
+    {DType::IQ2_XS, {"IQ2_XS", kQKK, sizeof(BlockIQ2_XS), true, DType::Q8_K}},
+    {DType::IQ2_S, {"IQ2_S", kQKK, sizeof(BlockIQ2_S), true, DType::Q8_K}},
+    {DType::IQ3_XXS, {"IQ3_XXS", kQKK, sizeof(BlockIQ3_XXS), true, DType::Q8_K}},
+    {DType::IQ3_S, {"IQ3_S", kQKK, sizeof(BlockIQ3_S), true, DType::Q8_K}},
+    {DType::IQ1_S, {"IQ1_S", kQKK, sizeof(BlockIQ1_S), true, DType::Q8_K}},
+    {DType::IQ1_M, {"IQ1_M", kQKK, sizeof(BlockIQ1_M), true, DType::Q8_K}},
+    {DType::IQ4_NL, {"IQ4_NL", kQK4NL, sizeof(BlockIQ4_NL), true, DType::Q8_0}},
+    {DType::IQ4_XS, {"IQ4_XS", kQKK, sizeof(BlockIQ4_XS), true, DType::Q8_K}},
+    {DType::TQ1_0, {"TQ1_0", kQKK, sizeof(BlockTQ1_0), true, DType::Q8_K}},
+    {DType::TQ2_0, {"TQ2_0", kQKK, sizeof(BlockTQ2_0), true, DType::Q8_K}},
+    {DType::Q1_0, {"Q1_0", kQK1_0, sizeof(BlockQ1_0), true, DType::Q8_0}},
+    {DType::Q2_0, {"Q2_0", kQK2_0, sizeof(BlockQ2_0), true, DType::Q8_0}},
     {DType::F8_E4M3, {"F8_E4M3", 1, 1, false, DType::F32}},  // block-scaled: see MatView
 };
 

@@ -13,6 +13,8 @@ namespace spool {
 enum class DType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30, MXFP4 = 39,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
+  IQ1_M = 29, TQ1_0 = 34, TQ2_0 = 35, Q1_0 = 41, Q2_0 = 42,
   // spool's own types (ids from kFirstSpoolType; never read from a GGUF file):
   // FP8 e4m3 codes, one byte each, whose real value needs a companion block
   // scale (MatView::block_scale), as DeepSeek-V3 / Kimi-K2 checkpoints store them.

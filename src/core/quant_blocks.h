@@ -107,4 +107,60 @@ inline void unpack_scales_q3_k(const uint8_t* packed, int8_t* out) {
   }
 }
 
+// ---- the low-bit types: IQ codebook quants, non-linear 4-bit, ternary, 1/2-bit ----
+// (src/kernels/iq_codebooks.h holds the grids their indices point into.)
+
+constexpr int kQK4NL = 32;   // elements per IQ4_NL block
+constexpr int kQK1_0 = 128;  // elements per Q1_0 block
+constexpr int kQK2_0 = 64;   // elements per Q2_0 block
+
+// 2.06 bits/weight: per 32 weights, 4 grid indices (8 bits each) and 28 bits of
+// sign-pattern indices + a 4-bit scale, stored as 4 + 4 bytes in qs.
+struct BlockIQ2_XXS { uint16_t d; uint16_t qs[kQKK / 8]; };
+// 2.31: 9-bit grid index + 7-bit sign index per 8 weights; 4-bit scales per 16.
+struct BlockIQ2_XS { uint16_t d; uint16_t qs[kQKK / 8]; uint8_t scales[kQKK / 32]; };
+// 2.56: 10-bit grid index (8 in qs, 2 in qh), explicit sign bytes after the indices.
+struct BlockIQ2_S { uint16_t d; uint8_t qs[kQKK / 4]; uint8_t qh[kQKK / 32]; uint8_t scales[kQKK / 32]; };
+// 3.06: 8-bit indices into a 4-wide grid, then per 32 weights 28 sign bits + 4-bit scale.
+struct BlockIQ3_XXS { uint16_t d; uint8_t qs[3 * kQKK / 8]; };
+// 3.44: 9-bit indices (high bits in qh), explicit signs, 4-bit scales per 32.
+struct BlockIQ3_S {
+  uint16_t d;
+  uint8_t qs[kQKK / 4];
+  uint8_t qh[kQKK / 32];
+  uint8_t signs[kQKK / 8];
+  uint8_t scales[kQKK / 64];
+};
+// 1.56: 11-bit indices into a ternary grid; per 32 weights a 3-bit scale and the delta's sign.
+struct BlockIQ1_S { uint16_t d; uint8_t qs[kQKK / 8]; uint16_t qh[kQKK / 32]; };
+// 1.75: as IQ1_S with a delta sign per 8 and 3-bit scales per 16; the block's
+// fp16 scale is spread over the top nibbles of the four scale words.
+struct BlockIQ1_M { uint8_t qs[kQKK / 8]; uint8_t qh[kQKK / 16]; uint8_t scales[kQKK / 32]; };
+// 4.5: 16 non-linear levels (kIq4nlLevels), one fp16 scale per 32.
+struct BlockIQ4_NL { uint16_t d; uint8_t qs[kQK4NL / 2]; };
+// 4.25: the same levels with 6-bit scales per 32 under one fp16 scale per 256.
+struct BlockIQ4_XS { uint16_t d; uint16_t scales_h; uint8_t scales_l[kQKK / 64]; uint8_t qs[kQKK / 2]; };
+// 1.69: ternary digits, 5 per byte in qs (base 3, scaled to a byte), 4 per byte in qh.
+struct BlockTQ1_0 { uint8_t qs[(kQKK - 4 * kQKK / 64) / 5]; uint8_t qh[kQKK / 64]; uint16_t d; };
+// 2.06: ternary digits as 2-bit fields (q - 1).
+struct BlockTQ2_0 { uint8_t qs[kQKK / 4]; uint16_t d; };
+// 1.13: one sign bit per weight, +-d.
+struct BlockQ1_0 { uint16_t d; uint8_t qs[kQK1_0 / 8]; };
+// 2.25: 2-bit fields, (q - 1) * d, levels -1..2.
+struct BlockQ2_0 { uint16_t d; uint8_t qs[kQK2_0 / 4]; };
+
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+static_assert(sizeof(BlockIQ2_XS) == 74);
+static_assert(sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+static_assert(sizeof(BlockIQ3_S) == 110);
+static_assert(sizeof(BlockIQ1_S) == 50);
+static_assert(sizeof(BlockIQ1_M) == 56);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockTQ1_0) == 54);
+static_assert(sizeof(BlockTQ2_0) == 66);
+static_assert(sizeof(BlockQ1_0) == 18);
+static_assert(sizeof(BlockQ2_0) == 18);
+
 }  // namespace spool

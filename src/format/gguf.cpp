@@ -4,6 +4,8 @@
 // offset), padding to general.alignment, then the tensor data section.
 #include "format/gguf.h"
 
+#include <map>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -208,7 +210,14 @@ void parse_file(const std::string& path, int file_index, File& file, std::map<st
     }
     const uint32_t type_id = r.get<uint32_t>(what + " type");
     const DTypeTraits* tr = find_dtype_traits(type_id);
-    if (!tr) throw Error(what + " has unsupported tensor type id " + std::to_string(type_id));
+    if (!tr) {
+      // ggml types spool does not read (yet), named so a user knows what the file needs.
+      static const std::map<uint32_t, const char*> kOtherGgmlTypes = {
+          {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"}, {28, "F64"}, {40, "NVFP4"}};
+      const auto it = kOtherGgmlTypes.find(type_id);
+      throw Error(what + " has unsupported tensor type id " + std::to_string(type_id) +
+                  (it == kOtherGgmlTypes.end() ? "" : std::string(" (") + it->second + ", which spool cannot read)"));
+    }
     e.type = (DType)type_id;
     if (e.shape[0] % tr->block_size != 0)
       throw Error(what + " of type " + tr->name + " has row length " + std::to_string(e.shape[0]) +

@@ -15,6 +15,9 @@ void fill_ref_legacy_kernels(KernelTable& t);  // ref/float_legacy.cpp: Q4_0 .. 
 void fill_ref_kquant_kernels(KernelTable& t);  // ref/kquant.cpp: Q2_K .. Q8_K
 void fill_ref_fp8_kernels(KernelTable& t);     // ref/fp8.cpp: F8_E4M3
 void fill_ref_mxfp4_kernels(KernelTable& t);   // ref/mxfp4.cpp: MXFP4
+// ref/iq.cpp: dequantize and vec_dot of IQ1_S .. IQ4_XS, TQ1_0, TQ2_0, Q1_0, Q2_0
+void fill_ref_iq_kernels(KernelTable& t);
+void fill_ref_iq_quantizers(KernelTable& t);   // ref/iq_quant.cpp: their quantizers
 
 #if defined(SPOOL_X86)
 void fill_avx2_kernels(KernelTable& t);    // x86/table_avx2.cpp

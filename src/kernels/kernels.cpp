@@ -156,6 +156,8 @@ KernelTable* build_table(Isa isa) {
   detail::fill_ref_kquant_kernels(ref);
   detail::fill_ref_fp8_kernels(ref);
   detail::fill_ref_mxfp4_kernels(ref);
+  detail::fill_ref_iq_kernels(ref);
+  detail::fill_ref_iq_quantizers(ref);
   auto* t = new KernelTable();
   t->isa = isa;
   if (isa != Isa::Scalar) fill_simd(isa, *t);

@@ -34,16 +34,27 @@ void fill_normal(float* x, int64_t n, uint64_t stream, float mean, float stddev)
 
 namespace {
 constexpr int64_t kPoolValues = 1 << 21;  // thousands of distinct blocks per type
+
+// The codebook types' quantizers search their grids (src/kernels/ref/iq_quant.cpp,
+// ~10-30 us per 256 weights): a pool of 1024 super-blocks is plenty of variety.
+int64_t pool_values(DType type) {
+  switch (type) {
+    case DType::IQ1_S: case DType::IQ1_M: case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S:
+    case DType::IQ3_XXS: case DType::IQ3_S: return 1 << 18;
+    default: return kPoolValues;
+  }
+}
 }
 
 BlockPool::BlockPool(DType type, uint64_t seed, float stddev) {
   const DTypeTraits& tr = dtype_traits(type);
   block_bytes_ = tr.block_bytes;
-  n_blocks_ = kPoolValues / tr.block_size;
+  const int64_t n_values = pool_values(type);
+  n_blocks_ = n_values / tr.block_size;
   bytes_.resize((size_t)n_blocks_ * block_bytes_);
-  std::vector<float> x((size_t)kPoolValues);
-  fill_normal(x.data(), kPoolValues, mix64(seed ^ ((uint64_t)type + 1) * 0xA24BAED4963EE407ull), 0.0f, stddev);
-  quantize_row(type, x.data(), bytes_.data(), kPoolValues);
+  std::vector<float> x((size_t)n_values);
+  fill_normal(x.data(), n_values, mix64(seed ^ ((uint64_t)type + 1) * 0xA24BAED4963EE407ull), 0.0f, stddev);
+  quantize_row(type, x.data(), bytes_.data(), n_values);
 }
 
 void BlockPool::fill_row(uint8_t* dst, int64_t n_blocks, uint64_t stream) const {

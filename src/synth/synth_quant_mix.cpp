@@ -14,7 +14,8 @@ namespace {
 enum FileType {
   kAllF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10,
   kQ3_K_S = 11, kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17,
-  kQ6_K = 18, kBF16 = 32, kMXFP4_MOE = 38,
+  kQ6_K = 18, kIQ2_XXS = 19, kIQ2_XS = 20, kIQ3_XXS = 23, kIQ1_S = 24, kIQ4_NL = 25, kIQ3_S = 26, kIQ2_S = 28,
+  kIQ4_XS = 30, kIQ1_M = 31, kBF16 = 32, kTQ1_0 = 36, kTQ2_0 = 37, kMXFP4_MOE = 38, kQ1_0 = 40, kQ2_0 = 41,
 };
 
 // Uniform K-quant types carry the llama.cpp "small" file type nearest to them.
@@ -27,6 +28,15 @@ constexpr QuantRecipe kRecipes[] = {
     {"Q4_K", DType::Q4_K, kQ4_K_S, false}, {"Q5_K", DType::Q5_K, kQ5_K_S, false},
     {"Q6_K", DType::Q6_K, kQ6_K, false},   {"Q4_K_M", DType::Q4_K, kQ4_K_M, true},
     {"MXFP4", DType::MXFP4, kMXFP4_MOE, false},
+    // The low-bit types, uniform (every matrix in the type; llama.cpp's own
+    // mixes of them keep some tensors wider: not reproduced yet).
+    {"IQ2_XXS", DType::IQ2_XXS, kIQ2_XXS, false}, {"IQ2_XS", DType::IQ2_XS, kIQ2_XS, false},
+    {"IQ2_S", DType::IQ2_S, kIQ2_S, false},       {"IQ3_XXS", DType::IQ3_XXS, kIQ3_XXS, false},
+    {"IQ3_S", DType::IQ3_S, kIQ3_S, false},       {"IQ1_S", DType::IQ1_S, kIQ1_S, false},
+    {"IQ1_M", DType::IQ1_M, kIQ1_M, false},       {"IQ4_NL", DType::IQ4_NL, kIQ4_NL, false},
+    {"IQ4_XS", DType::IQ4_XS, kIQ4_XS, false},    {"TQ1_0", DType::TQ1_0, kTQ1_0, false},
+    {"TQ2_0", DType::TQ2_0, kTQ2_0, false},       {"Q1_0", DType::Q1_0, kQ1_0, false},
+    {"Q2_0", DType::Q2_0, kQ2_0, false},
 };
 
 bool same_ignore_case(const std::string& a, const char* b) {
@@ -54,6 +64,10 @@ DType fallback(DType t, int64_t row_length) {
     case DType::Q4_K: f = DType::Q5_0; break;
     case DType::Q5_K: f = DType::Q5_1; break;
     case DType::Q6_K: f = DType::Q8_0; break;
+    // llama.cpp's fallbacks for rows that are no multiple of 256.
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::IQ1_M: case DType::IQ4_XS: f = DType::IQ4_NL; break;
+    case DType::TQ1_0: case DType::TQ2_0: case DType::Q2_0: f = DType::Q4_0; break;  // Q1_0: F16 (llama.cpp has none)
     default: f = DType::F16; break;
   }
   return row_length % dtype_traits(f).block_size == 0 ? f : DType::F16;
