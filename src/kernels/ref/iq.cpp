@@ -21,6 +21,9 @@ inline void signed_points(int8_t* q, const uint8_t* p, uint8_t s, int n = 8) {
   for (int j = 0; j < n; ++j) q[j] = (int8_t)((s >> j) & 1 ? -(int)p[j] : (int)p[j]);
 }
 
+// IQ2's 4-bit scale code l: d * (l + 1/2) / 4, evaluated in the format's order.
+inline float iq2_scale(float d, int l) { return d * (0.5f + (float)l) * 0.25f; }
+
 struct IQ2_XXS {
   using Block = BlockIQ2_XXS;
   static constexpr int kBlock = kQKK, kGroup = 32;
@@ -31,7 +34,7 @@ struct IQ2_XXS {
       uint32_t idx, meta;  // four grid indices, then 4 x 7 sign bits and the 4-bit scale
       std::memcpy(&idx, b.qs + 4 * g, 4);
       std::memcpy(&meta, b.qs + 4 * g + 2, 4);
-      s[g] = d * (0.5f + (float)(meta >> 28)) * 0.25f;
+      s[g] = iq2_scale(d, (int)(meta >> 28));
       for (int l = 0; l < 4; ++l)
         signed_points(q + 32 * g + 8 * l, cb.iq2xxs[(idx >> (8 * l)) & 0xff], cb.signs[(meta >> (7 * l)) & 127]);
     }
@@ -45,8 +48,8 @@ struct IQ2_XS {
     const IqCodebooks& cb = iq_codebooks();
     const float d = fp16_to_fp32(b.d);
     for (int g = 0; g < kQKK / 32; ++g) {
-      s[2 * g] = d * (0.5f + (float)(b.scales[g] & 0xf)) * 0.25f;
-      s[2 * g + 1] = d * (0.5f + (float)(b.scales[g] >> 4)) * 0.25f;
+      s[2 * g] = iq2_scale(d, b.scales[g] & 0xf);
+      s[2 * g + 1] = iq2_scale(d, b.scales[g] >> 4);
       for (int l = 0; l < 4; ++l) {
         const uint16_t v = b.qs[4 * g + l];
         signed_points(q + 32 * g + 8 * l, cb.iq2xs[v & 511], cb.signs[v >> 9]);
@@ -63,8 +66,8 @@ struct IQ2_S {
     const float d = fp16_to_fp32(b.d);
     const uint8_t* signs = b.qs + kQKK / 8;
     for (int g = 0; g < kQKK / 32; ++g) {
-      s[2 * g] = d * (0.5f + (float)(b.scales[g] & 0xf)) * 0.25f;
-      s[2 * g + 1] = d * (0.5f + (float)(b.scales[g] >> 4)) * 0.25f;
+      s[2 * g] = iq2_scale(d, b.scales[g] & 0xf);
+      s[2 * g + 1] = iq2_scale(d, b.scales[g] >> 4);
       for (int l = 0; l < 4; ++l) {
         const int idx = b.qs[4 * g + l] | ((b.qh[g] << (8 - 2 * l)) & 0x300);
         signed_points(q + 32 * g + 8 * l, cb.iq2s[idx], signs[4 * g + l]);

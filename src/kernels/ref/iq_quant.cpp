@@ -265,6 +265,11 @@ float iq1_group(const float* x, int n, float dl, int fixed_sign, int* idx, int* 
   return best;
 }
 
+// The 3-bit code l of a group scale s under block scale d: s ~ d * (2l + 1).
+int iq1_scale_code(float s, float d) {
+  return d == 0 ? 0 : std::clamp((int)std::lround((s / d - 1) / 2), 0, 7);
+}
+
 void quantize_iq1_s(const float* src, void* dst, int64_t n) {
   auto* y = static_cast<BlockIQ1_S*>(dst);
   for (int64_t i = 0; i < n / kQKK; ++i) {
@@ -279,7 +284,7 @@ void quantize_iq1_s(const float* src, void* dst, int64_t n) {
     const float d = fp16_to_fp32(fp32_to_fp16(max_s / 15.0f));
     y[i].d = fp32_to_fp16(max_s / 15.0f);
     for (int g = 0; g < 8; ++g) {
-      const int l = d == 0 ? 0 : std::clamp((int)std::lround((s[g] / d - 1) / 2), 0, 7);
+      const int l = iq1_scale_code(s[g], d);
       int idx[4], sign = 0;
       iq1_group(x + 32 * g, 32, d * (float)(2 * l + 1), -1, idx, &sign);
       uint16_t h = (uint16_t)((l << 12) | (sign << 15));
@@ -314,7 +319,7 @@ void quantize_iq1_m(const float* src, void* dst, int64_t n) {
     uint16_t sc[4] = {0, 0, 0, 0};
     std::memset(y[i].qh, 0, sizeof y[i].qh);
     for (int g = 0; g < 16; ++g) {
-      const int l = d == 0 ? 0 : std::clamp((int)std::lround((s[g] / d - 1) / 2), 0, 7);
+      const int l = iq1_scale_code(s[g], d);
       sc[g / 4] |= (uint16_t)(l << (3 * (g % 4)));
       for (int k = 0; k < 2; ++k) {
         const int sub = 2 * g + k;  // 8-weight sub-group 0..31
