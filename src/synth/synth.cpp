@@ -91,11 +91,10 @@ Shape resolve_shape(const SynthShape& p, const SynthOptions& o) {
   return s;
 }
 
-std::vector<PlannedTensor> plan_tensors(const Shape& s, const QuantRecipe& recipe) {
+std::vector<PlannedTensor> plan_tensors(const Shape& s, const QuantRecipe& recipe, const MixOptions& mix) {
   std::vector<PlannedTensor> out;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, Init init, int layer) {
-    TensorRole role{name, shape[0], (int)shape.size(), layer, s.n_layer, s.tied};
-    out.push_back({name, std::move(shape), tensor_dtype(recipe, role), init});
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, Init init, int) {
+    out.push_back({name, std::move(shape), DType::F32, init});
   };
   const int64_t q_dim = (int64_t)s.n_head * s.head_dim, kv_dim = (int64_t)s.n_head_kv * s.head_dim;
   add("token_embd.weight", {s.n_embd, s.n_vocab}, Init::Weight, -1);
@@ -122,6 +121,14 @@ std::vector<PlannedTensor> plan_tensors(const Shape& s, const QuantRecipe& recip
   }
   add("output_norm.weight", {s.n_embd}, Init::NearOne, -1);
   if (!s.tied) add("output.weight", {s.n_embd, s.n_vocab}, Init::Weight, -1);
+  // Types over the whole list: llama.cpp's rules keep running counters.
+  std::vector<MixTensor> mt;
+  for (const PlannedTensor& t : out) mt.push_back({t.name, t.shape, t.init == Init::Weight});
+  MixModel model;
+  model.n_layer = s.n_layer;
+  model.n_gqa = s.n_head_kv > 0 ? s.n_head / s.n_head_kv : 1;
+  const std::vector<DType> types = mix_types(recipe, model, mt, mix);
+  for (size_t i = 0; i < out.size(); ++i) out[i].type = types[i];
   return out;
 }
 
@@ -217,6 +224,7 @@ SynthResult synth_model(const SynthOptions& o) {
     throw Error("unknown preset '" + o.preset + "' (presets: " + list + ")");
   }
   const QuantRecipe* recipe = &synth::require_quant_recipe(o.type);
+  const MixOptions mix = synth::mix_options(o);
   if (o.out.empty()) throw Error("synth needs an output file (--out FILE.gguf)");
   Shape shape = resolve_shape(*preset, o);
 
@@ -227,7 +235,7 @@ SynthResult synth_model(const SynthOptions& o) {
   shape.n_vocab = copy_vocab(gguf::open(res.vocab_from), shape.n_vocab, w);
   w.set(shape.arch + ".vocab_size", gguf::value_u32((uint32_t)shape.n_vocab));
 
-  const std::vector<PlannedTensor> plan = plan_tensors(shape, *recipe);
+  const std::vector<PlannedTensor> plan = plan_tensors(shape, *recipe, mix);
   for (const PlannedTensor& t : plan) {
     // Checked up front: a missing quantizer inside a worker thread would abort.
     if (!kernels()[t.type].quantize)

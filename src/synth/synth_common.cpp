@@ -78,6 +78,13 @@ const QuantRecipe& require_quant_recipe(const std::string& type) {
   return *r;
 }
 
+MixOptions mix_options(const SynthOptions& options) {
+  MixOptions m;
+  m.pure = options.pure;
+  for (const std::string& spec : options.tensor_types) m.overrides.push_back(parse_type_override(spec));
+  return m;
+}
+
 VocabKeys measure_vocab(const std::string& path) {
   VocabKeys v;
   gguf::Writer w;

@@ -30,6 +30,8 @@ struct SynthOptions {
   std::string arch;        // empty: the preset's
   std::string preset = "tiny";
   std::string type = "Q4_0";
+  std::vector<std::string> tensor_types;  // --tensor-type PATTERN=TYPE overrides, first match wins
+  bool pure = false;                       // --pure: no mix rules, every matrix the recipe's base type
   std::string out;
   std::string vocab_from;  // empty: the preset's default vocabulary
   uint64_t seed = 1;
@@ -67,6 +69,8 @@ std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 
 // The recipe --type names; throws spool::Error listing the known types.
 const QuantRecipe& require_quant_recipe(const std::string& type);
+// --tensor-type and --pure as mix_types takes them; throws spool::Error on a bad override.
+MixOptions mix_options(const SynthOptions& options);
 
 // A vocabulary file's token count and the header bytes its tokenizer keys add.
 struct VocabKeys {

@@ -66,18 +66,27 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 // ---- tensor types -----------------------------------------------------------------
 
-// --type T gives the routed experts T. Q4_K (and Q4_K_M) give the other
-// matrices llama.cpp's Q4_K_M mix; other types are used for every matrix.
+// --type T: a uniform type or Q4_K_M gives the routed experts T itself (its
+// base type) and the other matrices T, except that Q4_K gives them llama.cpp's
+// Q4_K_M mix. llama.cpp's other file types (IQ2_XXS, IQ1_M, TQ1_0, ...) and
+// the dynamic mixes (UD-IQ1_S, ...) assign every tensor, experts included, by
+// their own rules. --tensor-type overrides come first either way.
 // Norms, the router and exp_probs_b stay F32 (llama.cpp never quantizes them).
 struct TypeRule {
   const QuantRecipe* recipe;      // what --type named
   const QuantRecipe* nonexpert;   // recipe for everything else
+  const QuantRecipe* expert;      // the routed experts' own recipe; nullptr: the file's rules
+  MixOptions mix;
 };
 
-TypeRule type_rule(const std::string& type) {
-  const QuantRecipe* r = &synth::require_quant_recipe(type);
-  const QuantRecipe* mix = r->base == DType::Q4_K ? find_quant_recipe("Q4_K_M") : r;
-  return {r, mix};
+TypeRule type_rule(const SynthOptions& o) {
+  const QuantRecipe* r = &synth::require_quant_recipe(o.type);
+  const MixOptions mix = synth::mix_options(o);
+  if (r->rule == MixRule::Uniform || std::string(r->name) == "Q4_K_M") {
+    const QuantRecipe* mixed = r->base == DType::Q4_K ? find_quant_recipe("Q4_K_M") : r;
+    return {r, mixed, find_quant_recipe(dtype_name(r->base)), mix};
+  }
+  return {r, r, nullptr, mix};
 }
 
 // ---- the tensor plan --------------------------------------------------------------
@@ -121,6 +130,7 @@ class PlanBuilder {
     }
     add("output_norm.weight", {E}, SynthInit::NearOne, -1);
     add("output.weight", {E, n_vocab_}, SynthInit::Weight, -1);
+    assign_types();
     return std::move(out_);
   }
 
@@ -128,19 +138,31 @@ class PlanBuilder {
   void add(const std::string& name, std::vector<int64_t> shape, SynthInit init, int layer, bool expert = false) {
     SynthTensor t{name, DType::F32, std::move(shape), init, layer};
     t.routed_expert = expert;
-    if (init == SynthInit::Weight) {
-      TensorRole role{name, t.shape[0], (int)t.shape.size(), layer, s_.n_layer, false};
-      // Experts: the requested type itself (llama.cpp's Q4_K_M would give some ffn_down_exps Q6_K).
-      t.type = tensor_dtype(expert ? *rule_.recipe : *rule_.nonexpert, role);
-      if (expert && t.type != rule_.recipe->base)
-        throw Error(std::string("synth: expert rows of ") + std::to_string(t.shape[0]) + " values do not fit " +
-                    dtype_name(rule_.recipe->base) + " blocks");
-    }
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    const DTypeTraits& tr = dtype_traits(t.type);
-    t.bytes = (uint64_t)(n / tr.block_size) * tr.block_bytes;
     out_.push_back(std::move(t));
+  }
+
+  // Types over the whole list (llama.cpp's rules keep running counters), then bytes.
+  void assign_types() {
+    std::vector<MixTensor> mt;
+    for (const SynthTensor& t : out_)
+      mt.push_back({t.name, t.shape, t.init == SynthInit::Weight, t.routed_expert ? rule_.expert : nullptr});
+    MixModel model;
+    model.n_layer = s_.n_layer;
+    model.n_expert = s_.n_expert;
+    model.n_gqa = s_.n_head;  // head_count_kv 1: MQA over the latent
+    const std::vector<DType> types = mix_types(*rule_.nonexpert, model, mt, rule_.mix);
+    for (size_t i = 0; i < out_.size(); ++i) {
+      SynthTensor& t = out_[i];
+      t.type = types[i];
+      // Experts of the legacy rule must be the requested type itself, with no fallback.
+      if (t.routed_expert && rule_.expert && rule_.mix.overrides.empty() && t.type != rule_.expert->base)
+        throw Error(std::string("synth: expert rows of ") + std::to_string(t.shape[0]) + " values do not fit " +
+                    dtype_name(rule_.expert->base) + " blocks");
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      const DTypeTraits& tr = dtype_traits(t.type);
+      t.bytes = (uint64_t)(n / tr.block_size) * tr.block_bytes;
+    }
   }
 
   const Deepseek2Preset& s_;
@@ -294,7 +316,7 @@ Deepseek2Plan plan_deepseek2(const SynthOptions& o) {
     throw Error("preset '" + preset_name + "' is a deepseek2 model; --arch " + o.arch + " does not match");
   if (o.out.empty() && !o.dry_run) throw Error("synth needs an output file (--out FILE.gguf)");
   if (o.n_layer < 0 || o.n_expert < 0) throw Error("synth: --n-layer and --n-expert must be positive");
-  const TypeRule rule = type_rule(o.type);
+  const TypeRule rule = type_rule(o);
 
   Deepseek2Plan plan;
   plan.shape = *preset;
@@ -303,6 +325,7 @@ Deepseek2Plan plan_deepseek2(const SynthOptions& o) {
   plan.n_vocab = vocab.n_vocab;
   plan.expert_type = rule.recipe->base;
   plan.file_type = rule.nonexpert->file_type;
+  plan.type_name = rule.recipe->name;
   plan.router_skew = std::isnan(o.router_skew) ? preset->router_skew : o.router_skew;
   if (!(plan.router_skew >= 0) || plan.router_skew > 10) throw Error("synth: --router-skew must be in 0..10");
   const bool quantized = dtype_traits(rule.recipe->base).quantized;
@@ -381,15 +404,17 @@ std::string describe_plan(const Deepseek2Plan& plan) {
              s.rope_base, s.yarn_factor, s.yarn_orig_ctx, s.yarn_beta_fast, s.yarn_beta_slow, s.mscale, s.mscale_all_dim,
              s.n_ctx, s.rms_eps);
   // Types: routed experts, then the rest by type.
-  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  std::map<std::string, std::pair<int, uint64_t>> by_type, expert_types;
   uint64_t exp_total = 0;
   for (const SynthTensor& t : plan.tensors) {
-    if (t.routed_expert) { exp_total += t.bytes; continue; }
-    auto& [n, b] = by_type[dtype_name(t.type)];
+    if (t.routed_expert) exp_total += t.bytes;
+    auto& [n, b] = (t.routed_expert ? expert_types : by_type)[dtype_name(t.type)];
     ++n;
     b += t.bytes;
   }
-  out += fmt("types: routed experts %s; other tensors:", dtype_name(plan.expert_type));
+  out += fmt("types (--type %s): routed experts", plan.type_name.c_str());
+  for (const auto& [name, nb] : expert_types) out += fmt(" %s %d (%.3f GB)", name.c_str(), nb.first, nb.second / GB);
+  out += "; other tensors:";
   for (const auto& [name, nb] : by_type) out += fmt(" %s %d (%.3f GB)", name.c_str(), nb.first, nb.second / GB);
   out += "\n";
   out += fmt("one expert (gate+up+down): %llu bytes = %.2f MiB\n", (unsigned long long)plan.expert_bytes,

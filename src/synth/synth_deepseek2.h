@@ -57,8 +57,9 @@ struct Deepseek2Plan {
   int n_vocab = 0;
   std::string vocab_from;
   std::string fit_rule;   // how n_layer / n_expert were chosen, for the plan text
-  DType expert_type = DType::Q4_K;
+  DType expert_type = DType::Q4_K;  // the recipe's base type (experts may mix several: see tensors)
   int file_type = 0;      // general.file_type
+  std::string type_name;  // the --type recipe's name
   std::vector<SynthTensor> tensors;
   std::vector<std::pair<std::string, gguf::Value>> metadata;  // general.* and deepseek2.* (tokenizer.* copied at write)
   float router_skew = 0;

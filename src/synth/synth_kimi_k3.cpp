@@ -57,27 +57,38 @@ constexpr KimiK3Preset kPresets[] = {
 
 // --type T: routed experts T. MXFP4 follows llama.cpp's MXFP4_MOE rule for
 // the rest (3-D tensors MXFP4, other matrices Q8_0); Q4_K / Q4_K_M give the
-// other matrices the Q4_K_M mix; any other type is used for every matrix.
-// Always F32 (llama.cpp never quantizes them): 1-D tensors, the short-conv
-// weights, the router and its selection bias.
+// other matrices the Q4_K_M mix; any other uniform type is used for every
+// matrix. llama.cpp's low-bit file types (IQ2_XXS, TQ1_0, ...) and the dynamic
+// mixes (UD-IQ1_S, ...) assign every tensor by their own rules. --tensor-type
+// overrides come first. Always F32 (llama.cpp never quantizes them): 1-D
+// tensors, the short-conv weights, the router and its selection bias.
 struct TypeRule {
+  const QuantRecipe* file;     // what --type named
   const QuantRecipe* expert;
   const QuantRecipe* matrix;   // 2-D non-expert matrices
   const QuantRecipe* stacked;  // 3-D non-expert tensors (attn_k_b, attn_v_b)
   std::string words;
+  bool per_role = true;        // false: every tensor by the file recipe's own rules
+  MixOptions mix;
 };
 
-TypeRule type_rule(const std::string& type) {
-  const QuantRecipe* r = &synth::require_quant_recipe(type);
+TypeRule type_rule(const SynthOptions& o) {
+  const QuantRecipe* r = &synth::require_quant_recipe(o.type);
+  const MixOptions mix = synth::mix_options(o);
+  std::string extra;
+  for (const TypeOverride& t : mix.overrides) extra += std::string("; --tensor-type ") + t.pattern + "=" + dtype_name(t.type);
   if (r->base == DType::MXFP4)
-    return {r, find_quant_recipe("Q8_0"), r,
+    return {r, r, find_quant_recipe("Q8_0"), r,
             "routed experts MXFP4; attn_k_b / attn_v_b MXFP4 and other matrices Q8_0 (llama.cpp's MXFP4_MOE); "
-            "norms, conv, router F32"};
-  if (r->base == DType::Q4_K) {
-    const QuantRecipe* mix = find_quant_recipe("Q4_K_M");
-    return {r, mix, mix, "routed experts Q4_K; other matrices llama.cpp's Q4_K_M mix; norms, conv, router F32"};
+            "norms, conv, router F32" + extra, true, mix};
+  if (r->base == DType::Q4_K && (r->rule == MixRule::Uniform || std::string(r->name) == "Q4_K_M")) {
+    const QuantRecipe* km = find_quant_recipe("Q4_K_M");
+    return {r, find_quant_recipe("Q4_K"), km, km,
+            "routed experts Q4_K; other matrices llama.cpp's Q4_K_M mix; norms, conv, router F32" + extra, true, mix};
   }
-  return {r, r, r, std::string("every matrix ") + r->name + "; norms, conv, router F32"};
+  if (r->rule == MixRule::Uniform)
+    return {r, r, r, r, std::string("every matrix ") + r->name + "; norms, conv, router F32" + extra, true, mix};
+  return {r, r, r, r, std::string(r->words) + "; norms, conv, router F32" + extra, false, mix};
 }
 
 bool always_f32(const std::string& name, size_t n_dims) {
@@ -113,6 +124,7 @@ class PlanBuilder {
     add("output_norm.weight", {E}, K3Init::NearOne, -1);
     add("output_res_score.weight", {E}, K3Init::ResScore, -1);
     add("output.weight", {E, n_vocab_}, K3Init::Weight, -1);
+    assign_types();
     return std::move(out_);
   }
 
@@ -173,19 +185,35 @@ class PlanBuilder {
   void add(const std::string& name, std::vector<int64_t> shape, K3Init init, int layer, bool expert = false) {
     K3Tensor t{name, DType::F32, std::move(shape), init, layer};
     t.routed_expert = expert;
-    if (!always_f32(name, t.shape.size())) {
-      const QuantRecipe& r = expert ? *rule_.expert : t.shape.size() >= 3 ? *rule_.stacked : *rule_.matrix;
-      TensorRole role{name, t.shape[0], (int)t.shape.size(), layer, s_.n_layer, false};
-      t.type = tensor_dtype(r, role);
-      if (expert && t.type != r.base)
-        throw Error("synth: expert rows of " + std::to_string(t.shape[0]) + " values do not fit " +
-                    dtype_name(r.base) + " blocks");
-    }
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    const DTypeTraits& tr = dtype_traits(t.type);
-    t.bytes = (uint64_t)(n / tr.block_size) * tr.block_bytes;
     out_.push_back(std::move(t));
+  }
+
+  // Types over the whole list (llama.cpp's rules keep running counters), then bytes.
+  void assign_types() {
+    std::vector<MixTensor> mt;
+    for (const K3Tensor& t : out_) {
+      const QuantRecipe* r = !rule_.per_role ? nullptr
+                             : t.routed_expert ? rule_.expert
+                             : t.shape.size() >= 3 ? rule_.stacked
+                                                   : rule_.matrix;
+      mt.push_back({t.name, t.shape, !always_f32(t.name, t.shape.size()), r});
+    }
+    MixModel model;
+    model.n_layer = s_.n_layer;
+    model.n_expert = s_.n_expert;
+    model.n_gqa = s_.n_head;  // MLA: one latent row per token
+    const std::vector<DType> types = mix_types(*rule_.file, model, mt, rule_.mix);
+    for (size_t i = 0; i < out_.size(); ++i) {
+      K3Tensor& t = out_[i];
+      t.type = types[i];
+      if (t.routed_expert && rule_.per_role && rule_.mix.overrides.empty() && t.type != rule_.expert->base)
+        throw Error("synth: expert rows of " + std::to_string(t.shape[0]) + " values do not fit " +
+                    dtype_name(rule_.expert->base) + " blocks");
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      const DTypeTraits& tr = dtype_traits(t.type);
+      t.bytes = (uint64_t)(n / tr.block_size) * tr.block_bytes;
+    }
   }
 
   const KimiK3Preset& s_;
@@ -324,7 +352,7 @@ KimiK3Plan plan_kimi_k3(const SynthOptions& o, int n_vocab_override) {
   if (!o.arch.empty() && o.arch != "kimi-k3")
     throw Error("preset '" + preset_name + "' is a kimi-k3 model; --arch " + o.arch + " does not match");
   if (o.n_layer < 0 || o.n_expert < 0) throw Error("synth: --n-layer and --n-expert must be positive");
-  const TypeRule rule = type_rule(o.type);
+  const TypeRule rule = type_rule(o);
 
   KimiK3Plan plan;
   plan.shape = *preset;
@@ -338,7 +366,7 @@ KimiK3Plan plan_kimi_k3(const SynthOptions& o, int n_vocab_override) {
   }
   plan.n_vocab = vocab.n_vocab;
   plan.expert_type = rule.expert->base;
-  plan.file_type = rule.expert->file_type;
+  plan.file_type = rule.file->file_type;
   plan.type_rule = rule.words;
   plan.router_skew = std::isnan(o.router_skew) ? preset->router_skew : o.router_skew;
   if (!(plan.router_skew >= 0) || plan.router_skew > 10) throw Error("synth: --router-skew must be in 0..10");

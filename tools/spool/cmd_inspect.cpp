@@ -1,12 +1,14 @@
 // `spool inspect`: what a GGUF file or HF checkpoint holds, from its headers (no tensor
 // data is read): architecture, hyper-parameters, tokenizer summary, bytes by
-// dtype, the KV cache cost per token, and optionally every tensor and key.
+// dtype, the mix per tensor class (types, bytes, share of the file), the KV
+// cache cost per token, and optionally every tensor and key.
 #include <cstdio>
 #include <map>
 
 #include "cli_common.h"
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/tensor_class.h"
 #include "model/config.h"
 #include "model/gdn_config.h"
 #include "model/model.h"
@@ -84,12 +86,13 @@ void print_tensor_summary(const gguf::File& f, bool list) {
   std::printf("tensors:       %zu, %s (%llu bytes)\n", m.tensors.size(), human_bytes(m.total_bytes()).c_str(),
               (unsigned long long)m.total_bytes());
   for (const auto& [type, e] : by_type)
-    std::printf("  %-6s %5d tensors %12s (%llu bytes)\n", type.c_str(), e.first, human_bytes(e.second).c_str(),
+    std::printf("  %-7s %5d tensors %12s (%llu bytes)\n", type.c_str(), e.first, human_bytes(e.second).c_str(),
                 (unsigned long long)e.second);
+  std::printf("mix by class:\n%s", describe_class_mix(class_mix(m), m.total_bytes()).c_str());
   if (!list) return;
-  std::printf("\n%-40s %-6s %-22s %12s\n", "name", "type", "shape", "bytes");
+  std::printf("\n%-40s %-7s %-22s %12s\n", "name", "type", "shape", "bytes");
   for (const TensorEntry& t : m.tensors)
-    std::printf("%-40s %-6s %-22s %12llu\n", t.name.c_str(), dtype_name(t.type), t.shape_string().c_str(),
+    std::printf("%-40s %-7s %-22s %12llu\n", t.name.c_str(), dtype_name(t.type), t.shape_string().c_str(),
                 (unsigned long long)t.bytes);
 }
 
@@ -143,7 +146,7 @@ void inspect(const InspectOptions& o) {
 
 void add_inspect_command(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Describe a model (GGUF or HF directory) or a tokenizer alone (vocab-only GGUF, tokenizer.json): metadata, tokenizer, tensors, KV cost");
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe a model (GGUF or HF directory) or a tokenizer alone (vocab-only GGUF, tokenizer.json): metadata, tokenizer, tensors, the type mix per tensor class, KV cost");
   cmd->add_option("model,-m,--model", o->model, "Model: GGUF file or Hugging Face directory, or tokenizer.json");
   cmd->add_flag("--tensors", o->tensors, "List every tensor (name, type, shape, bytes)");
   cmd->add_flag("--metadata", o->all_metadata, "Print every metadata key");

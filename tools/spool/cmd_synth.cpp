@@ -126,14 +126,27 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--arch", o->synth.arch, "Architecture: llama, qwen2, qwen3, deepseek2, kimi-k3 (default: the preset's)");
   cmd->add_option("--preset", o->synth.preset, "Model shape: " + presets)->capture_default_str();
   CLI::Option* type_opt = cmd->add_option("--type", o->synth.type,
-                  "Weight type: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K MXFP4, "
-                  "or llama.cpp's Q4_K_M mix. deepseek2: the routed experts' type; with Q4_K / Q4_K_M the other "
-                  "matrices follow llama.cpp's Q4_K_M rules (output and every third ffn_down / ffn_down_shexp "
-                  "Q6_K, attn_k_b Q5_0 as 128-wide rows cannot be Q4_K, the rest Q4_K); router, exp_probs_b and "
-                  "norms F32. kimi-k3: the routed experts' type (default MXFP4, K3's own format); MXFP4 gives the "
-                  "other matrices Q8_0 and attn_k_b / attn_v_b MXFP4 as llama.cpp's MXFP4_MOE does; conv weights, "
-                  "router and norms F32")
+                  "Weight type or mix. Uniform: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K MXFP4. "
+                  "llama.cpp's file types with its per-tensor rules (as llama-quantize with an imatrix assigns "
+                  "them; general.file_type set to match): Q4_K_M IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS "
+                  "IQ3_XS IQ3_S IQ3_M IQ4_NL IQ4_XS TQ1_0 TQ2_0 Q1_0 Q2_0 (e.g. IQ2_XXS: attn_v Q4_K on GQA/MoE "
+                  "models, the first eighth of ffn_down Q2_K, output Q5_K, token_embd Q2_K). Dynamic 1-2-bit MoE "
+                  "mixes in the style of the published 'UD' files: UD-IQ1_S (routed experts gate/up IQ1_S, down "
+                  "IQ2_XXS; attention, shared experts and dense FFN Q4_K with their ffn_down Q6_K; token_embd Q4_K, "
+                  "output Q6_K), UD-IQ1_M (experts IQ1_M / IQ2_XXS), UD-IQ2_XXS (experts IQ2_XXS / Q2_K). "
+                  "deepseek2 and kimi-k3 with a uniform type or Q4_K_M: the routed experts get that type itself; "
+                  "with Q4_K the other matrices follow the Q4_K_M rules (attn_k_b Q5_0 as 128-wide rows cannot be "
+                  "Q4_K); kimi-k3 defaults to MXFP4 (K3's own format; other matrices Q8_0 as llama.cpp's MXFP4_MOE). "
+                  "Router, exp_probs_b, conv weights and norms stay F32")
       ->capture_default_str();
+  cmd->add_option("--tensor-type", o->synth.tensor_types,
+                  "PATTERN=TYPE, repeatable, as llama-quantize's --tensor-type: a tensor whose name contains a match "
+                  "of the regular expression PATTERN (ECMAScript, lower-cased; the first matching option wins) gets "
+                  "TYPE instead of what --type's rules give, e.g. --tensor-type ffn_down_exps=IQ2_XXS "
+                  "--tensor-type 'blk\\.[0-2]\\.'=Q8_0. Rows TYPE cannot hold fall back as llama.cpp does");
+  cmd->add_flag("--pure", o->synth.pure,
+                "As llama-quantize --pure: no per-tensor rules, every matrix the file type's default type "
+                "(IQ2_S's is IQ2_XS, IQ2_M's IQ2_S, IQ3_XS's and IQ3_M's IQ3_S); --tensor-type still applies");
   cmd->add_option("-o,--out", o->synth.out, "Output GGUF file (required unless --dry-run)");
   cmd->add_option("--vocab-from", o->synth.vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: ../shared/models/llama-2-tiny-random.gguf, "
