@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "model/model.h"
+#include "synth/synth_common.h"
 #include "synth/synth_kimi_k3.h"
 
 namespace spool {
@@ -98,6 +99,45 @@ DensePlacement place_dense(std::vector<uint64_t> sizes, uint64_t room) {
   return best;
 }
 
+// What llama-quantize would not quantize (its tensor_allows_quantization, the
+// parts that apply to the architectures spool reads).
+bool quantizable(const std::string& name, size_t n_dims) {
+  const bool weight = name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
+  return n_dims >= 2 && weight && !contains(name, "_norm.weight") && !contains(name, "ffn_gate_inp") &&
+         !contains(name, "ssm_conv1d") && !contains(name, "shortconv");
+}
+
+// The file's tensors retyped from their shapes as `types` assigns them. Stacked
+// expert tensors count once however the manifest slices them, so llama.cpp's
+// running counters see what its quantizer sees.
+std::vector<DType> retype(const gguf::File& f, const std::string& arch, const PlanTypes& types) {
+  const QuantRecipe& recipe = synth::require_quant_recipe(types.type);
+  SynthOptions so;
+  so.tensor_types = types.tensor_types;
+  const MixOptions mix = synth::mix_options(so);
+  MixModel model;
+  model.n_layer = (int)f.get_int(arch + ".block_count");
+  model.n_expert = (int)f.get_int(arch + ".expert_count", 0);
+  const int64_t n_head = f.get_int(arch + ".attention.head_count", 1);
+  const gguf::Value* kv = f.find(arch + ".attention.head_count_kv");
+  const int64_t n_head_kv = kv && kv->is_integer() ? kv->i : kv && !kv->ints.empty() ? kv->ints[0] : n_head;
+  model.n_gqa = n_head_kv > 0 ? (int)(n_head / n_head_kv) : 1;
+  std::vector<MixTensor> whole;
+  std::map<std::string, size_t> index;  // whole tensor name -> index in `whole`
+  std::vector<size_t> of(f.manifest.tensors.size());
+  for (size_t i = 0; i < f.manifest.tensors.size(); ++i) {
+    const TensorEntry& t = f.manifest.tensors[i];
+    const std::string name = t.name.substr(0, t.name.rfind('#'));
+    auto [it, fresh] = index.emplace(name, whole.size());
+    if (fresh) whole.push_back({name, t.shape, quantizable(name, t.shape.size())});
+    of[i] = it->second;
+  }
+  const std::vector<DType> mixed = mix_types(recipe, model, whole, mix);
+  std::vector<DType> out(of.size());
+  for (size_t i = 0; i < of.size(); ++i) out[i] = whole[of[i]].quantize ? mixed[of[i]] : f.manifest.tensors[i].type;
+  return out;
+}
+
 }  // namespace
 
 std::vector<DeviceProfile> device_profiles() {
@@ -121,7 +161,7 @@ const DeviceProfile* find_device_profile(const std::string& name) {
   return nullptr;
 }
 
-CostModel cost_model_from_gguf(const gguf::File& f, const std::string& path) {
+CostModel cost_model_from_gguf(const gguf::File& f, const std::string& path, const PlanTypes& types) {
   CostModel m;
   m.source = path;
   m.arch = f.architecture();
@@ -132,7 +172,16 @@ CostModel cost_model_from_gguf(const gguf::File& f, const std::string& path) {
   m.n_expert_used = (int)f.get_int(a + "expert_used_count", 0);
   std::map<std::string, size_t> stacked;  // "blk.N.ffn_up_exps.weight" -> index in m.tensors
   std::map<std::string, uint64_t> by_type;
-  for (const TensorEntry& t : f.manifest.tensors) {
+  if (types.native() && !types.tensor_types.empty()) throw Error("plan: --tensor-type needs a --type to start from");
+  const std::vector<DType> retyped = types.native() ? std::vector<DType>() : retype(f, m.arch, types);
+  for (size_t ti = 0; ti < f.manifest.tensors.size(); ++ti) {
+    TensorEntry t = f.manifest.tensors[ti];
+    if (!retyped.empty()) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      t.type = retyped[ti];
+      t.bytes = (uint64_t)(n / dtype_traits(t.type).block_size) * dtype_traits(t.type).block_bytes;
+    }
     by_type[dtype_name(t.type)] += t.bytes;
     if (t.name == "token_embd.weight" && t.shape.size() >= 2) m.n_vocab = (int)t.shape[1];
     const bool stacked_whole = t.expert < 0 && t.shape.size() == 3 && t.name.size() > 12 &&
@@ -151,6 +200,10 @@ CostModel cost_model_from_gguf(const gguf::File& f, const std::string& path) {
     m.tensors.push_back({t.name, t.bytes, layer_of(t.name), false});
   }
   for (const auto& [type, bytes] : by_type) m.types += fmt("%s%s %s", m.types.empty() ? "" : ", ", type.c_str(), gb((double)bytes).c_str());
+  if (!types.native()) {
+    m.source += " retyped as --type " + types.type;
+    for (const std::string& o : types.tensor_types) m.source += " --tensor-type " + o;
+  }
   if (!stacked.empty() && (m.n_expert <= 0 || m.n_expert_used <= 0))
     throw Error("plan: '" + path + "' has expert tensors but no " + a + "expert_count / expert_used_count");
 
@@ -196,11 +249,19 @@ CostModel cost_model_from_gguf(const gguf::File& f, const std::string& path) {
 }
 
 CostModel cost_model_kimi_k3(const std::string& type) {
-  const bool native = type == "native";
+  PlanTypes t;
+  t.type = type;
+  return cost_model_kimi_k3(t);
+}
+
+CostModel cost_model_kimi_k3(const PlanTypes& types) {
+  const bool native = types.native();
+  if (native && !types.tensor_types.empty()) throw Error("plan: --tensor-type needs a --type to start from");
   SynthOptions o;
   o.arch = "kimi-k3";
   o.preset = "kimi-k3";
-  o.type = native ? "BF16" : type;
+  o.type = types.type == "native" ? "BF16" : types.type;
+  o.tensor_types = types.tensor_types;
   const KimiK3Plan plan = plan_kimi_k3(o, find_kimi_k3_preset("kimi-k3")->real_vocab);
   const KimiK3Preset& s = plan.shape;
   CostModel m;

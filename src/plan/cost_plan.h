@@ -48,12 +48,27 @@ struct CostModel {
   bool state_known = true;  // false: recurrent layers whose state size this plan cannot derive
 };
 
-// From a GGUF's tensor table and metadata (nothing is loaded).
-CostModel cost_model_from_gguf(const gguf::File& file, const std::string& path);
-// The released Kimi K3 (see synth_kimi_k3.h for the shapes): routed experts in
-// `expert_type` terms of synth --type ("native": MXFP4 experts, BF16 the rest,
-// as the checkpoint ships).
+// How the weights are typed: "native" (as the file or checkpoint has them) or
+// any synth --type (a uniform type, a llama.cpp file type with its per-tensor
+// rules, a dynamic mix such as UD-IQ1_S) with --tensor-type overrides. Bytes
+// come from the type table's bytes per block.
+struct PlanTypes {
+  std::string type = "native";
+  std::vector<std::string> tensor_types;  // PATTERN=TYPE
+  bool native() const { return type == "native"; }  // --tensor-type needs a --type
+};
+
+// From a GGUF's tensor table and metadata (nothing is loaded); with a type,
+// every tensor is retyped from its shape as llama-quantize would requantize it.
+CostModel cost_model_from_gguf(const gguf::File& file, const std::string& path, const PlanTypes& types = {});
+// The released Kimi K3 (see synth_kimi_k3.h for the shapes): "native" is MXFP4
+// experts, BF16 the rest, as the checkpoint ships; otherwise a synth --type.
 CostModel cost_model_kimi_k3(const std::string& type);
+CostModel cost_model_kimi_k3(const PlanTypes& types);
+// The released Kimi K2 or DeepSeek-V3 (deepseek2 presets "kimi-k2",
+// "deepseek-v3": the real layer, expert and vocabulary counts) in a synth
+// --type; they ship in FP8, so there is no "native" here.
+CostModel cost_model_deepseek2(const std::string& preset, const PlanTypes& types);
 
 struct PlanOptions {
   DeviceProfile device;

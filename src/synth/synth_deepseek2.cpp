@@ -39,10 +39,10 @@ constexpr int kDefaultFitLayers = 8; // 1 dense + 7 MoE (Kimi), as the streaming
 // yarn factor 40, beta_fast 32, rope_theta 10000).
 #define KIMI_K2(name, layers, experts)                                                                      \
   {name, 7168, 64, 1536, 512, 128, 64, 128, 18432, 2048, layers, experts, 8, 1, 1, 1, 1, 2.827f, 50000.0f, \
-   32.0f, 4096, 1.0f, 1.0f, 1.0f, 1.0f, 131072, 1e-6f, 61, 384, kDefaultSkew}
+   32.0f, 4096, 1.0f, 1.0f, 1.0f, 1.0f, 131072, 1e-6f, 61, 384, kDefaultSkew, 163840}
 #define DEEPSEEK_V3(name, layers, experts)                                                                   \
   {name, 7168, 128, 1536, 512, 128, 64, 128, 18432, 2048, layers, experts, 8, 1, 3, 8, 4, 2.5f, 10000.0f, \
-   40.0f, 4096, 32.0f, 1.0f, 1.0f, 1.0f, 163840, 1e-6f, 61, 256, kDefaultSkew}
+   40.0f, 4096, 32.0f, 1.0f, 1.0f, 1.0f, 163840, 1e-6f, 61, 256, kDefaultSkew, 129280}
 
 constexpr float kDefaultSkew = 0.05f;
 
@@ -304,7 +304,7 @@ uint64_t Deepseek2Plan::bytes_per_token() const {
   return expert_bytes_per_token() + nonexpert_bytes - embd + embd_row;
 }
 
-Deepseek2Plan plan_deepseek2(const SynthOptions& o) {
+Deepseek2Plan plan_deepseek2(const SynthOptions& o, int n_vocab_override) {
   const std::string preset_name = o.preset == "tiny" && o.arch == "deepseek2" ? "deepseek2-tiny" : o.preset;
   const Deepseek2Preset* preset = find_deepseek2_preset(preset_name);
   if (!preset) {
@@ -320,8 +320,13 @@ Deepseek2Plan plan_deepseek2(const SynthOptions& o) {
 
   Deepseek2Plan plan;
   plan.shape = *preset;
-  plan.vocab_from = o.vocab_from.empty() ? resolve_shared_file(kDefaultVocab) : o.vocab_from;
-  const synth::VocabKeys vocab = synth::measure_vocab(plan.vocab_from);
+  synth::VocabKeys vocab;
+  if (n_vocab_override > 0) {
+    vocab.n_vocab = n_vocab_override;
+  } else {
+    plan.vocab_from = o.vocab_from.empty() ? resolve_shared_file(kDefaultVocab) : o.vocab_from;
+    vocab = synth::measure_vocab(plan.vocab_from);
+  }
   plan.n_vocab = vocab.n_vocab;
   plan.expert_type = rule.recipe->base;
   plan.file_type = rule.nonexpert->file_type;

@@ -34,6 +34,7 @@ struct Deepseek2Preset {
   float rms_eps;
   int real_layers, real_experts;  // the released model's counts (for the plan's comparison line)
   float router_skew;              // default --router-skew
+  int real_vocab = 0;             // the released model's vocabulary (spool plan --preset); 0: tiny presets
 };
 
 const Deepseek2Preset* find_deepseek2_preset(const std::string& name);
@@ -77,7 +78,9 @@ struct Deepseek2Plan {
 
 // Resolves the preset, overrides and size fitting; reads only the vocabulary
 // file's token count. Throws spool::Error on bad options.
-Deepseek2Plan plan_deepseek2(const SynthOptions& options);
+// n_vocab_override > 0 sizes token_embd / output for that vocabulary without
+// reading a vocabulary file (spool plan --preset kimi-k2: the real 163840).
+Deepseek2Plan plan_deepseek2(const SynthOptions& options, int n_vocab_override = 0);
 
 // Share of routed picks by popularity rank (0 = most popular), from the
 // plan's first MoE layer bias and iid N(0,1) router logits, through the

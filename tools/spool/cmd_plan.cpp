@@ -1,9 +1,12 @@
-// `spool plan MODEL | --preset kimi-k3 --device PROFILE`: what a model costs
+// `spool plan MODEL | --preset kimi-k3|kimi-k2|deepseek-v3 [--type T]
+// [--tensor-type P=T] --device PROFILE`: what a model costs
 // on a device, from its tensor table alone (plan/cost_plan.h): bytes per
 // token, what stays resident, bytes read per token at an expert-cache hit
 // rate, KV + state per token of context, decode tok/s and TTFT at the storage
 // bound, with every assumption printed. --context-table compares K3's KV +
-// state bytes with full-attention models of the same size.
+// state bytes with full-attention models of the same size. --type (any synth
+// --type: the low-bit types, llama.cpp's mixes, the dynamic UD-* mixes) prices
+// the preset, or the file retyped from its shapes, in that type.
 #include <cstdio>
 #include <memory>
 
@@ -18,6 +21,7 @@ namespace {
 
 struct PlanCliOptions {
   std::string model, preset, device, ram, budget, read_bw, type = "native";
+  std::vector<std::string> tensor_types;
   double hit_rate = NAN;
   int n_ctx = 4096, n_prompt = 512, n_chunk = 512;
   bool context_table = false;
@@ -57,11 +61,16 @@ DeviceProfile resolve_device(const PlanCliOptions& o) {
 }
 
 void plan(const PlanCliOptions& o) {
-  if (o.model.empty() == o.preset.empty()) throw Error("plan: give a MODEL file or --preset kimi-k3 (one of them)");
-  if (!o.preset.empty() && o.preset != "kimi-k3")
-    throw Error("plan: the only preset is kimi-k3 (the released Kimi K3), not '" + o.preset + "'");
-  if (o.model.empty() == false && o.type != "native") throw Error("plan: --type applies to --preset only");
-  const CostModel m = o.model.empty() ? cost_model_kimi_k3(o.type) : cost_model_from_gguf(gguf::open(o.model), o.model);
+  if (o.model.empty() == o.preset.empty())
+    throw Error("plan: give a MODEL file or --preset kimi-k3 / kimi-k2 / deepseek-v3 (one of them)");
+  PlanTypes types;
+  types.type = o.type;
+  types.tensor_types = o.tensor_types;
+  CostModel m;
+  if (!o.model.empty()) m = cost_model_from_gguf(gguf::open(o.model), o.model, types);
+  else if (o.preset == "kimi-k3") m = cost_model_kimi_k3(types);
+  else if (o.preset == "kimi-k2" || o.preset == "deepseek-v3") m = cost_model_deepseek2(o.preset, types);
+  else throw Error("plan: the presets are kimi-k3, kimi-k2 and deepseek-v3 (the released models), not '" + o.preset + "'");
   if (o.context_table) {
     const std::vector<int> ctx = {2048, 32768, 131072};
     std::printf("KV + recurrent state, one sequence (bytes from kv_bytes_estimate):\n%s",
@@ -84,11 +93,19 @@ void add_plan_command(CLI::App& app) {
   auto o = std::make_shared<PlanCliOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "What a model costs on a device: bytes per token, residency, tok/s, TTFT");
   cmd->add_option("model", o->model, "GGUF file (its metadata and tensor table are read, nothing is loaded)");
-  cmd->add_option("--preset", o->preset, "kimi-k3: the released Kimi K3 (2.8T) from its public shapes, without a file");
+  cmd->add_option("--preset", o->preset,
+                  "The released model from its public shapes, without a file: kimi-k3 (2.8T), kimi-k2 (1T, "
+                  "384 experts), deepseek-v3 (671B)");
   cmd->add_option("--type", o->type,
-                  "--preset only: 'native' (MXFP4 experts, BF16 the rest, as released) or a synth --type such as "
-                  "MXFP4 (llama.cpp's MXFP4_MOE mix), Q4_K, Q8_0")
+                  "'native' (a file as it is; kimi-k3: MXFP4 experts, BF16 the rest, as released) or any synth "
+                  "--type: uniform (Q4_K, Q8_0, MXFP4, ...), llama.cpp's file types with its per-tensor rules "
+                  "(IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ3_XXS, IQ3_XS, IQ3_S, IQ3_M, IQ4_NL, IQ4_XS, "
+                  "TQ1_0, TQ2_0, Q1_0, Q2_0, Q4_K_M), or a dynamic mix (UD-IQ1_S = the 1.8-bit Kimi file's shape, "
+                  "UD-IQ1_M, UD-IQ2_XXS). With a MODEL file every tensor is retyped from its shape, as "
+                  "llama-quantize would requantize it. Bytes come from the type table's bytes per block")
       ->capture_default_str();
+  cmd->add_option("--tensor-type", o->tensor_types,
+                  "PATTERN=TYPE on top of --type, repeatable, as synth's (e.g. ffn_down_exps=IQ2_XXS)");
   cmd->add_option("--device", o->device, "Profile: phone (8 GB, 1 GB/s SSD), laptop (16 GB, 3 GB/s), workstation (64 GB, 7 GB/s)");
   cmd->add_option("--ram", o->ram, "RAM (e.g. 12G; overrides the profile's; the engine budget becomes 75%)");
   cmd->add_option("--budget", o->budget, "Memory the engine may use (e.g. 4G; default from the profile or 75% of --ram)");
