@@ -214,9 +214,17 @@ void parse_file(const std::string& path, int file_index, File& file, std::map<st
       // ggml types spool does not read (yet), named so a user knows what the file needs.
       static const std::map<uint32_t, const char*> kOtherGgmlTypes = {
           {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"}, {28, "F64"}, {40, "NVFP4"}};
+      // Ids ggml has retired from GGUF files (old llama.cpp builds wrote them).
+      static const std::map<uint32_t, const char*> kRetiredGgmlTypes = {
+          {4, "Q4_2"}, {5, "Q4_3"}, {31, "Q4_0_4_4"}, {32, "Q4_0_4_8"}, {33, "Q4_0_8_8"},
+          {36, "IQ4_NL_4_4"}, {37, "IQ4_NL_4_8"}, {38, "IQ4_NL_8_8"}};
       const auto it = kOtherGgmlTypes.find(type_id);
-      throw Error(what + " has unsupported tensor type id " + std::to_string(type_id) +
-                  (it == kOtherGgmlTypes.end() ? "" : std::string(" (") + it->second + ", which spool cannot read)"));
+      const auto retired = kRetiredGgmlTypes.find(type_id);
+      std::string why;
+      if (it != kOtherGgmlTypes.end()) why = std::string(" (") + it->second + ", which spool cannot read)";
+      else if (retired != kRetiredGgmlTypes.end())
+        why = std::string(" (") + retired->second + ", a type ggml no longer reads from GGUF files: requantize it)";
+      throw Error(what + " has unsupported tensor type id " + std::to_string(type_id) + why);
     }
     e.type = (DType)type_id;
     if (e.shape[0] % tr->block_size != 0)
