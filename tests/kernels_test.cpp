@@ -29,6 +29,17 @@ const DType kAllTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, D
                            DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q2_K,
                            DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K,
                            DType::MXFP4};
+// The low-bit types (IQ1-IQ4, TQ, Q1_0/Q2_0): their quantizers are
+// nearest-point searches whose error iq_types_test.cpp bounds against ggml's;
+// here their SIMD kernels are checked against the reference like the rest.
+const DType kLowBitTypes[] = {DType::IQ1_S,   DType::IQ1_M,  DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
+                              DType::IQ3_XXS, DType::IQ3_S,  DType::IQ4_NL,  DType::IQ4_XS, DType::TQ1_0,
+                              DType::TQ2_0,   DType::Q1_0,   DType::Q2_0};
+std::vector<DType> every_type() {
+  std::vector<DType> v(std::begin(kAllTypes), std::end(kAllTypes));
+  v.insert(v.end(), std::begin(kLowBitTypes), std::end(kLowBitTypes));
+  return v;
+}
 
 std::vector<float> random_floats(int64_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -84,7 +95,7 @@ TEST(Kernels, TablesAreComplete) {
     const KernelTable* k = kernels_for(isa);
     ASSERT_NE(k, nullptr);
     EXPECT_EQ(k->isa, isa);
-    for (DType t : kAllTypes) {
+    for (DType t : every_type()) {
       EXPECT_NE((*k)[t].quantize, nullptr) << isa_name(isa) << " " << dtype_name(t);
       EXPECT_NE((*k)[t].dequantize, nullptr);
       EXPECT_NE((*k)[t].vec_dot, nullptr);
@@ -190,7 +201,7 @@ TEST(Kernels, SimdQuantizeMatchesReference) {
 TEST(Kernels, SimdDequantizeMatchesReference) {
   for (Isa isa : available_isas()) {
     const KernelTable& k = *kernels_for(isa);
-    for (DType t : kAllTypes) {
+    for (DType t : every_type()) {
       const int64_t n = test_len(t, 5);
       const auto q = quantize_with(ref(), t, random_floats(n, 7));
       const auto ys = dequantize_with(k, t, q, n), yr = dequantize_with(ref(), t, q, n);
@@ -232,7 +243,7 @@ DotCase make_case(DType t, int64_t n, int n_w, int n_a, uint32_t seed) {
 TEST(Kernels, VecDotMatchesReference) {
   for (Isa isa : available_isas()) {
     const KernelTable& k = *kernels_for(isa);
-    for (DType t : kAllTypes) {
+    for (DType t : every_type()) {
       for (int blocks : {1, 2, 3, 7, 8, 9, 13}) {
         const int64_t n = test_len(t, blocks);
         const DotCase c = make_case(t, n, 2, 2, 100 + blocks);
@@ -254,7 +265,7 @@ TEST(Kernels, VecDotMatchesReference) {
 TEST(Kernels, GemmTileMatchesVecDot) {
   for (Isa isa : available_isas()) {
     const KernelTable& k = *kernels_for(isa);
-    for (DType t : kAllTypes) {
+    for (DType t : every_type()) {
       const int64_t n = test_len(t, 3);
       const DotCase c = make_case(t, n, 11, 9, 300);
       const size_t ws = c.w[0].size(), as = c.a[0].size();

@@ -61,7 +61,9 @@ TEST(MatmulBatchInvariance, BatchedRowsEqualRowsAlone) {
   const KernelTable& k = kernels();
   int checked = 0;
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                  DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4}) {
+                  DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4,
+                  DType::IQ1_S, DType::IQ1_M, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
+                  DType::IQ3_S, DType::IQ4_NL, DType::IQ4_XS, DType::TQ1_0, DType::TQ2_0, DType::Q1_0, DType::Q2_0}) {
     if (!k[t].vec_dot) continue;
     SCOPED_TRACE(dtype_name(t));
     for (auto [cols, rows] : {std::pair<int, int>{512, 67}, {256, 32}, {64, 160}, {32, 48}, {160, 64}}) {

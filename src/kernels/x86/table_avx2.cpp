@@ -17,6 +17,7 @@ void fill_packed_kquant_avx2_kernels(KernelTable& t);  // x86/packed_kquant_avx2
 void fill_packed_q5k_avx2_kernels(KernelTable& t);     // x86/packed_q5k_avx2.cpp
 void fill_packed_mxfp4_avx2_kernels(KernelTable& t);   // x86/packed_mxfp4_avx2.cpp
 void fill_rows_avx2_kernels(KernelTable& t);           // x86/rows_avx2.cpp
+void fill_iq_avx2_kernels(KernelTable& t);            // x86/iq_avx2.cpp
 
 void fill_avx2_kernels(KernelTable& t) {
   fill_x86_table(t);
@@ -29,6 +30,7 @@ void fill_avx2_kernels(KernelTable& t) {
   fill_packed_q5k_avx2_kernels(t);     // and for Q5_K
   fill_packed_mxfp4_avx2_kernels(t);   // and for MXFP4
   fill_rows_avx2_kernels(t);           // attention's float row kernels
+  fill_iq_avx2_kernels(t);  // the low-bit IQ / TQ types against Q8_K
 }
 
 }  // namespace spool::detail

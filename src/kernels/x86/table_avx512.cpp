@@ -18,6 +18,7 @@ void fill_packed_kquant_avx512_kernels(KernelTable& t);  // x86/packed_kquant_av
 void fill_packed_q5k_avx512_kernels(KernelTable& t);  // x86/packed_q5k_avx512.cpp
 void fill_packed_mxfp4_avx512_kernels(KernelTable& t);  // x86/packed_mxfp4_avx512.cpp
 void fill_rows_avx512_kernels(KernelTable& t);  // x86/rows_avx512.cpp
+void fill_iq_avx512_kernels(KernelTable& t);  // x86/iq_avx512.cpp
 
 void fill_avx512_kernels(KernelTable& t) {
   fill_x86_table(t);
@@ -33,6 +34,7 @@ void fill_avx512_kernels(KernelTable& t) {
   fill_packed_q5k_avx512_kernels(t);  // and for Q5_K
   fill_packed_mxfp4_avx512_kernels(t);  // and for MXFP4
   fill_rows_avx512_kernels(t);  // attention's float row kernels
+  fill_iq_avx512_kernels(t);  // the low-bit IQ / TQ types against Q8_K
 }
 
 }  // namespace spool::detail

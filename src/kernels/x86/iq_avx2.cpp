@@ -1,0 +1,10 @@
+// The avx2 table's kernels of the low-bit types (x86/iq_impl.h compiled with
+// the avx2 flags).
+#define SPOOL_X86_ISA avx2
+#include "kernels/x86/iq_impl.h"
+
+namespace spool::detail {
+
+void fill_iq_avx2_kernels(KernelTable& t) { avx2::fill_iq_kernels(t); }
+
+}  // namespace spool::detail

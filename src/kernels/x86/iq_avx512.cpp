@@ -1,0 +1,10 @@
+// The avx512 table's kernels of the low-bit types (x86/iq_impl.h compiled with
+// the avx512 flags).
+#define SPOOL_X86_ISA avx512
+#include "kernels/x86/iq_impl.h"
+
+namespace spool::detail {
+
+void fill_iq_avx512_kernels(KernelTable& t) { avx512::fill_iq_kernels(t); }
+
+}  // namespace spool::detail

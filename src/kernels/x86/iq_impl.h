@@ -1,0 +1,431 @@
+// x86 kernels of the low-bit types that dot with Q8_K (IQ1_S, IQ1_M, IQ2_XXS,
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_XS, TQ1_0, TQ2_0), compiled twice like
+// the other *_impl.h (x86/iq_avx2.cpp, x86/iq_avx512.cpp).
+//
+// These formats cost most in decoding a block (grid lookups, sign patterns),
+// little in the dot product itself. So a matmul decodes each weight row once
+// into int8 levels plus 16 float scales per 256 weights (one per 16 weights),
+// in a per-thread scratch that stays in L1, and then dots that row with every
+// activation row of the tile as a plain int8 product: prefill pays the decode
+// once per row instead of once per (row, token). Decode (one token) runs the
+// same two steps, so a token's result is the same whatever it is batched with.
+//
+// Per instruction set:
+// - AVX-512 VNNI: levels are stored biased (q + 128, as u8) for vpdpbusd; the
+//   bias is taken off with the activation block's sums of 16 (Q8_K bsums).
+// - AVX2: levels stay signed; maddubs(|q|, sign(a, q)) is exact here because
+//   |q| <= 127 and the Q8_K quantizer keeps activations within +-127.
+// Each set reduces a block's sixteen sums of 16 in its own order (kScaleOrder),
+// and the row's scales are stored in that order.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/quant_blocks.h"
+#include "kernels/iq_codebooks.h"
+#include "kernels/kernels.h"
+#include "kernels/ref/iq_unpack.h"
+
+#ifndef SPOOL_X86_ISA
+#error "define SPOOL_X86_ISA (avx2 or avx512) before including x86/iq_impl.h"
+#endif
+
+namespace spool::detail::SPOOL_X86_ISA {
+namespace {
+
+constexpr int kSubs = kQKK / 16;  // sums of 16 weights per block
+
+#if defined(__AVX512BW__)
+constexpr uint8_t kLevelBias = 0x80;
+// Position p of a block's reduced sums holds the sum of weights 16 * kScaleOrder[p] ..
+constexpr int kScaleOrder[kSubs] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+#else
+constexpr uint8_t kLevelBias = 0;
+constexpr int kScaleOrder[kSubs] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+#endif
+
+// A block's scales (one per `group` weights, natural order) in reduction order.
+inline void put_scales(float* sc, const float* s, int group) {
+  for (int p = 0; p < kSubs; ++p) sc[p] = s[kScaleOrder[p] * 16 / group];
+}
+
+// ---- decoding helpers --------------------------------------------------------
+
+// Eight 32-bit words, each holding four 7-bit sign indices (bits 0-27), to the
+// 32 sign bytes they stand for: each index completed by its parity bit
+// (the sign patterns of 8 weights have an even number of minus signs).
+inline __m256i sign_bytes_7bit(__m256i m) {
+  const __m256i f = _mm256_or_si256(
+      _mm256_or_si256(_mm256_and_si256(m, _mm256_set1_epi32(0x7f)),
+                      _mm256_and_si256(_mm256_slli_epi32(m, 1), _mm256_set1_epi32(0x7f00))),
+      _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi32(m, 2), _mm256_set1_epi32(0x7f0000)),
+                      _mm256_and_si256(_mm256_slli_epi32(m, 3), _mm256_set1_epi32(0x7f000000))));
+  __m256i p = _mm256_xor_si256(f, _mm256_srli_epi32(f, 4));
+  p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+  p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+  return _mm256_or_si256(f, _mm256_slli_epi32(_mm256_and_si256(p, _mm256_set1_epi32(0x01010101)), 7));
+}
+
+// 64 bytes laid out as (4 index bytes, 4 meta bytes) x 8 (IQ2_XXS): the 8
+// index words and the 8 meta words.
+inline void split_words(const void* qs, __m256i* idx, __m256i* meta) {
+  const __m256i perm = _mm256_setr_epi32(1, 3, 5, 7, 0, 2, 4, 6);
+  const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)qs), perm);
+  const __m256i hi = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)((const uint8_t*)qs + 32)), perm);
+  *meta = _mm256_permute2x128_si256(lo, hi, 0x20);
+  *idx = _mm256_permute2x128_si256(lo, hi, 0x31);
+}
+
+inline uint64_t load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline uint32_t load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+#if defined(__AVX512BW__)
+// 64 grid levels g (unsigned magnitudes or signed levels), negated where the
+// 64 sign bits s are set, stored biased.
+inline void put64(uint8_t* out, __m512i g, uint64_t s) {
+  const __m512i q = _mm512_mask_sub_epi8(g, _cvtu64_mask64(s), _mm512_setzero_si512(), g);
+  _mm512_storeu_si512(out, _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80)));
+}
+// Eight grid points of 8 bytes, indices as 8 bytes / 8 int64.
+inline __m512i gather8x8(const void* grid, __m512i idx) { return _mm512_i64gather_epi64(idx, grid, 8); }
+#else
+// 32 levels g negated where the 32 sign bits s are set, stored signed.
+inline void put32(uint8_t* out, __m256i g, uint32_t s) {
+  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                        3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+  const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)s), shuf), bits), bits);
+  _mm256_storeu_si256((__m256i*)out, _mm256_sub_epi8(_mm256_xor_si256(g, m), m));
+}
+inline __m256i grid4x8(const uint64_t* grid, int i0, int i1, int i2, int i3) {
+  return _mm256_set_epi64x((long long)grid[i3], (long long)grid[i2], (long long)grid[i1], (long long)grid[i0]);
+}
+#endif
+
+// ---- the formats -------------------------------------------------------------
+// Each unpack(block, lv, sc) writes the block's 256 levels (biased as
+// kLevelBias says) and its 16 scales in reduction order.
+
+// Any format through its scalar unpack (ref/iq_unpack.h).
+template <class F>
+struct Generic {
+  using Block = typename F::Block;
+  static void unpack(const Block& b, uint8_t* lv, float* sc) {
+    int8_t q[kQKK];
+    float s[kQKK / F::kGroup];
+    F::unpack(b, q, s);
+    for (int j = 0; j < kQKK; ++j) lv[j] = (uint8_t)q[j] ^ kLevelBias;
+    put_scales(sc, s, F::kGroup);
+  }
+};
+
+// IQ2_XXS: per 32 weights four 8-bit indices into a grid of 8 magnitudes, four
+// 7-bit sign indices and a 4-bit scale.
+struct FastIQ2_XXS {
+  using Block = BlockIQ2_XXS;
+  static void unpack(const Block& b, uint8_t* lv, float* sc) {
+    const IqCodebooks& cb = iq_codebooks();
+    __m256i idx, meta;
+    split_words(b.qs, &idx, &meta);
+    alignas(32) uint8_t ib[32], sg[32];
+    _mm256_store_si256((__m256i*)ib, idx);
+    _mm256_store_si256((__m256i*)sg, sign_bytes_7bit(meta));
+    alignas(32) float s[8];
+    const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
+    _mm256_store_ps(s, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), l), _mm256_set1_ps(0.25f)));
+    put_scales(sc, s, 32);
+#if defined(__AVX512BW__)
+    for (int k = 0; k < 4; ++k)
+      put64(lv + 64 * k, gather8x8(cb.iq2xxs, _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(ib + 8 * k)))),
+            load64(sg + 8 * k));
+#else
+    const auto* grid = (const uint64_t*)cb.iq2xxs;
+    for (int k = 0; k < 8; ++k)
+      put32(lv + 32 * k, grid4x8(grid, ib[4 * k], ib[4 * k + 1], ib[4 * k + 2], ib[4 * k + 3]), load32(sg + 4 * k));
+#endif
+  }
+};
+
+// IQ3_XXS: 64 8-bit indices into a grid of 4 magnitudes, then per 32 weights a
+// word of four 7-bit sign indices and a 4-bit scale.
+struct FastIQ3_XXS {
+  using Block = BlockIQ3_XXS;
+  static void unpack(const Block& b, uint8_t* lv, float* sc) {
+    const IqCodebooks& cb = iq_codebooks();
+    const __m256i meta = _mm256_loadu_si256((const __m256i*)(b.qs + kQKK / 4));
+    alignas(32) uint8_t sg[32];
+    _mm256_store_si256((__m256i*)sg, sign_bytes_7bit(meta));
+    alignas(32) float s[8];
+    const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
+    _mm256_store_ps(s, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), l), _mm256_set1_ps(0.5f)));
+    put_scales(sc, s, 32);
+#if defined(__AVX512BW__)
+    for (int k = 0; k < 4; ++k) {
+      const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b.qs + 16 * k)));
+      put64(lv + 64 * k, _mm512_i32gather_epi32(idx, cb.iq3xxs, 4), load64(sg + 8 * k));
+    }
+#else
+    const auto* grid = (const uint32_t*)cb.iq3xxs;
+    for (int k = 0; k < 8; ++k) {
+      const uint8_t* q = b.qs + 8 * k;
+      const __m256i g = _mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
+                                          (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]);
+      put32(lv + 32 * k, g, load32(sg + 4 * k));
+    }
+#endif
+  }
+};
+
+// IQ1_S: per 8 weights an 11-bit index into a grid of -1/0/+1; per 32 weights
+// a 3-bit scale and the sign of the +-1/8 shift (levels 8 * point +- 1).
+struct FastIQ1_S {
+  using Block = BlockIQ1_S;
+  static void unpack(const Block& b, uint8_t* lv, float* sc) {
+    const IqCodebooks& cb = iq_codebooks();
+    const float d = fp16_to_fp32(b.d);
+    float s[8];
+    for (int g = 0; g < 8; ++g) s[g] = d * (float)(2 * ((b.qh[g] >> 12) & 7) + 1) * 0.125f;
+    put_scales(sc, s, 32);
+    const __m256i f8 = _mm256_set1_epi8((char)0xf8);
+#if defined(__AVX512BW__)
+    const __m512i h8 = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i*)b.qh));
+    const __m512i shift = _mm512_setr_epi64(0, 3, 6, 9, 0, 3, 6, 9);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i h = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1,
+                                                                   2 * k + 1, 2 * k + 1), h8);
+      const __m512i idx = _mm512_or_si512(
+          _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(b.qs + 8 * k))),
+          _mm512_slli_epi64(_mm512_and_si512(_mm512_srlv_epi64(h, shift), _mm512_set1_epi64(7)), 8));
+      const __m512i g = gather8x8(cb.iq1s, idx);
+      const __m512i g8 = _mm512_and_si512(_mm512_slli_epi16(g, 3), _mm512_broadcast_i64x4(f8));
+      const __mmask8 neg = _mm512_test_epi64_mask(h, _mm512_set1_epi64(0x8000));
+      const __m512i delta = _mm512_mask_blend_epi64(neg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
+      _mm512_storeu_si512(lv + 64 * k, _mm512_xor_si512(_mm512_add_epi8(g8, delta), _mm512_set1_epi8((char)0x80)));
+    }
+#else
+    const auto* grid = (const uint64_t*)cb.iq1s;
+    for (int g = 0; g < 8; ++g) {
+      const int h = b.qh[g];
+      const uint8_t* q = b.qs + 4 * g;
+      const __m256i p = grid4x8(grid, q[0] | (h & 7) << 8, q[1] | ((h >> 3) & 7) << 8, q[2] | ((h >> 6) & 7) << 8,
+                                q[3] | ((h >> 9) & 7) << 8);
+      const __m256i g8 = _mm256_and_si256(_mm256_slli_epi16(p, 3), f8);
+      _mm256_storeu_si256((__m256i*)(lv + 32 * g), _mm256_add_epi8(g8, _mm256_set1_epi8(h & 0x8000 ? -1 : 1)));
+    }
+#endif
+  }
+};
+
+// IQ4_XS: 4-bit indices into 16 non-linear levels, 6-bit scales per 32.
+struct FastIQ4_XS {
+  using Block = BlockIQ4_XS;
+  static void unpack(const Block& b, uint8_t* lv, float* sc) {
+    const IqCodebooks& cb = iq_codebooks();
+    const float d = fp16_to_fp32(b.d);
+    float s[8];
+    for (int g = 0; g < 8; ++g) {
+      const int ls = ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0xf) | (((b.scales_h >> (2 * g)) & 3) << 4);
+      s[g] = d * (float)(ls - 32);
+    }
+    put_scales(sc, s, 32);
+    alignas(16) int8_t table[16];
+    for (int i = 0; i < 16; ++i) table[i] = (int8_t)((uint8_t)cb.iq4nl[i] ^ kLevelBias);
+    const __m128i t = _mm_load_si128((const __m128i*)table);
+#if defined(__AVX512BW__)
+    const __m512i t4 = _mm512_broadcast_i32x4(t), low = _mm512_set1_epi8(0x0f);
+    for (int k = 0; k < 4; ++k) {
+      // lanes: bytes 0-15 (low nibbles), the same (high), bytes 16-31 (low), (high)
+      const __m512i y = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * k)));
+      __m512i z = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), y);
+      z = _mm512_and_si512(_mm512_srlv_epi64(z, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), low);
+      _mm512_storeu_si512(lv + 64 * k, _mm512_shuffle_epi8(t4, z));
+    }
+#else
+    const __m256i t2 = _mm256_broadcastsi128_si256(t), low = _mm256_set1_epi8(0x0f);
+    for (int g = 0; g < 8; ++g) {
+      const __m128i x = _mm_loadu_si128((const __m128i*)(b.qs + 16 * g));
+      const __m256i z = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), low);
+      _mm256_storeu_si256((__m256i*)(lv + 32 * g), _mm256_shuffle_epi8(t2, z));
+    }
+#endif
+  }
+};
+
+// TQ1_0: ternary digits, five per byte of qs and four per byte of qh, each the
+// top base-3 digit of the byte times 3^n (taken as (v * 3) >> 8: 0, 1 or 2).
+struct FastTQ1_0 {
+  using Block = BlockTQ1_0;
+  // 127 + digit of each byte of v (q + 128 for q = digit - 1), by two compares.
+  static __m256i levels(__m256i v) {
+    const __m256i ge86 = _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8(86)), v);
+    const __m256i ge171 = _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8((char)171)), v);
+    const __m256i base = _mm256_set1_epi8((char)(127 ^ (0x80 ^ kLevelBias)));  // 127 biased, or -1 signed
+    return _mm256_sub_epi8(_mm256_sub_epi8(base, ge86), ge171);
+  }
+  static __m256i times3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
+  static void unpack(const Block& b, uint8_t* lv, float* sc) {
+    const float d = fp16_to_fp32(b.d);
+    for (int p = 0; p < kSubs; ++p) sc[p] = d;
+    __m256i v = _mm256_loadu_si256((const __m256i*)b.qs);
+    for (int n = 0; n < 5; ++n, v = times3(v)) _mm256_storeu_si256((__m256i*)(lv + 32 * n), levels(v));
+    // The last 16 bytes of qs twice, then qh's 4 bytes: the same digits, stored by halves.
+    v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(b.qs + 32)));
+    for (int n = 0; n < 5; ++n, v = times3(v))
+      _mm_storeu_si128((__m128i*)(lv + 160 + 16 * n), _mm256_castsi256_si128(levels(v)));
+    v = _mm256_set1_epi32((int)load32(b.qh));
+    alignas(32) uint8_t tail[32];
+    for (int n = 0; n < 4; ++n, v = times3(v)) {
+      _mm256_store_si256((__m256i*)tail, levels(v));
+      std::memcpy(lv + 240 + 4 * n, tail, 4);
+    }
+  }
+};
+
+// TQ2_0: 2-bit fields q + 1, four per byte.
+struct FastTQ2_0 {
+  using Block = BlockTQ2_0;
+  static void unpack(const Block& b, uint8_t* lv, float* sc) {
+    const float d = fp16_to_fp32(b.d);
+    for (int p = 0; p < kSubs; ++p) sc[p] = d;
+    const __m256i three = _mm256_set1_epi8(3), base = _mm256_set1_epi8((char)(0xff ^ kLevelBias));  // -1 biased
+    for (int j = 0; j < 2; ++j) {
+      const __m256i x = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
+      for (int l = 0; l < 4; ++l) {
+        const __m256i f = _mm256_and_si256(_mm256_srli_epi16(x, 2 * l), three);
+        _mm256_storeu_si256((__m256i*)(lv + 128 * j + 32 * l), _mm256_add_epi8(base, f));
+      }
+    }
+  }
+};
+
+// ---- the dot product of a decoded row with Q8_K activations --------------------
+
+#if defined(__AVX512BW__)
+inline float dot_row(int64_t nb, const uint8_t* lv, const float* sc, const BlockQ8_K* a) {
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* w = lv + kQKK * i;
+    __m512i s[4];
+    for (int k = 0; k < 4; ++k)
+      s[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w + 64 * k),
+                                 _mm512_loadu_si512(a[i].qs + 64 * k));
+    // 128-bit lane L of s[k] holds the four partial sums of weights 64k + 16L ..
+    const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+    const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+    const __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
+    // The +128 bias times each sum of 16 activations.
+    const __m512i bias = _mm512_slli_epi32(
+        _mm512_permutexvar_epi32(order, _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)a[i].bsums))), 7);
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(t3, bias));
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(sc + kSubs * i), _mm512_set1_ps(a[i].d)), f, acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+#else
+inline float dot_row(int64_t nb, const uint8_t* lv, const float* sc, const BlockQ8_K* a) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* w = lv + kQKK * i;
+    __m256i s[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m256i q = _mm256_loadu_si256((const __m256i*)(w + 32 * k));
+      const __m256i x = _mm256_loadu_si256((const __m256i*)(a[i].qs + 32 * k));
+      s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), ones);
+    }
+    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+    const __m256 d = _mm256_set1_ps(a[i].d);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(sc + kSubs * i), d), _mm256_cvtepi32_ps(h0), acc);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(sc + kSubs * i + 8), d), _mm256_cvtepi32_ps(h1), acc);
+  }
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+#endif
+
+// ---- the driver: decode rows into a per-thread scratch, then dot ------------
+
+struct RowScratch {
+  std::vector<uint8_t> lv;
+  std::vector<float> sc;
+};
+
+template <class U>
+void unpack_row(const void* w, int64_t nb, uint8_t* lv, float* sc) {
+  const auto* b = static_cast<const typename U::Block*>(w);
+  for (int64_t i = 0; i < nb; ++i) U::unpack(b[i], lv + kQKK * i, sc + kSubs * i);
+}
+
+template <class U>
+float vec_dot(int64_t n, const void* w, const void* a) {
+  thread_local RowScratch s;
+  const int64_t nb = n / kQKK;
+  s.lv.resize(n);
+  s.sc.resize(nb * kSubs);
+  unpack_row<U>(w, nb, s.lv.data(), s.sc.data());
+  return dot_row(nb, s.lv.data(), s.sc.data(), static_cast<const BlockQ8_K*>(a));
+}
+
+template <class U>
+void gemm_tile(int64_t n, const void* w, size_t ws, int nr, const void* a, size_t as, int nc, float* c,
+               size_t ldc) {
+  thread_local RowScratch s;
+  const int64_t nb = n / kQKK;
+  // Rows decoded at a time: their levels and scales within ~24 KiB of L1.
+  const int rows = (int)std::clamp<int64_t>((24 << 10) / (n + n / 4), 1, 8);
+  s.lv.resize(rows * n);
+  s.sc.resize(rows * nb * kSubs);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  for (int r0 = 0; r0 < nr; r0 += rows) {
+    const int rr = std::min(rows, nr - r0);
+    for (int r = 0; r < rr; ++r)
+      unpack_row<U>(wb + (r0 + r) * ws, nb, s.lv.data() + r * n, s.sc.data() + r * nb * kSubs);
+    for (int t = 0; t < nc; ++t) {
+      const auto* at = reinterpret_cast<const BlockQ8_K*>(ab + t * as);
+      for (int r = 0; r < rr; ++r)
+        c[t * ldc + r0 + r] = dot_row(nb, s.lv.data() + r * n, s.sc.data() + r * nb * kSubs, at);
+    }
+  }
+}
+
+template <class U>
+void set(KernelTable& t, DType type) {
+  TypeKernels& k = t.types[(uint32_t)type];
+  k.vec_dot = vec_dot<U>;
+  k.gemm_tile = gemm_tile<U>;
+}
+
+}  // namespace
+
+inline void fill_iq_kernels(KernelTable& t) {
+  set<FastIQ2_XXS>(t, DType::IQ2_XXS);
+  set<Generic<iq::IQ2_XS>>(t, DType::IQ2_XS);
+  set<Generic<iq::IQ2_S>>(t, DType::IQ2_S);
+  set<FastIQ3_XXS>(t, DType::IQ3_XXS);
+  set<Generic<iq::IQ3_S>>(t, DType::IQ3_S);
+  set<FastIQ1_S>(t, DType::IQ1_S);
+  set<Generic<iq::IQ1_M>>(t, DType::IQ1_M);
+  set<FastIQ4_XS>(t, DType::IQ4_XS);
+  set<FastTQ1_0>(t, DType::TQ1_0);
+  set<FastTQ2_0>(t, DType::TQ2_0);
+}
+
+}  // namespace spool::detail::SPOOL_X86_ISA
