@@ -39,6 +39,7 @@ namespace spool::detail::SPOOL_X86_ISA {
 namespace {
 
 constexpr int kSubs = kQKK / 16;  // sums of 16 weights per block
+constexpr size_t kPrefetchAhead = 4096;  // see decode_block
 
 #if defined(__AVX512BW__)
 constexpr uint8_t kLevelBias = 0x80;
@@ -48,11 +49,6 @@ constexpr int kScaleOrder[kSubs] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7
 constexpr uint8_t kLevelBias = 0;
 constexpr int kScaleOrder[kSubs] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
 #endif
-
-// A block's scales (one per `group` weights, natural order) in reduction order.
-inline void put_scales(float* sc, const float* s, int group) {
-  for (int p = 0; p < kSubs; ++p) sc[p] = s[kScaleOrder[p] * 16 / group];
-}
 
 // ---- decoding helpers --------------------------------------------------------
 
@@ -92,43 +88,150 @@ inline uint32_t load32(const uint8_t* p) {
   return v;
 }
 
+// ---- a decoded block in registers ---------------------------------------------
+// Unpacked holds one block: its 256 levels (biased as kLevelBias says) and its
+// 16 scales in reduction order. Every path computes a block's contribution
+// with block_dot() on an Unpacked, whether it was decoded just now (decode,
+// small tiles) or loaded back from the scratch (prefill), so the arithmetic
+// of a (row, token) pair is the same in both.
+
 #if defined(__AVX512BW__)
-// 64 grid levels g (unsigned magnitudes or signed levels), negated where the
-// 64 sign bits s are set, stored biased.
-inline void put64(uint8_t* out, __m512i g, uint64_t s) {
-  const __m512i q = _mm512_mask_sub_epi8(g, _cvtu64_mask64(s), _mm512_setzero_si512(), g);
-  _mm512_storeu_si512(out, _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80)));
+struct Unpacked {
+  __m512i q[4];  // weights 64k .. 64k + 63
+  __m512 sc;
+};
+// Eight scales, one per 32 weights in natural order (kScaleOrder[p] / 2).
+inline void set_scales8(Unpacked& u, __m256 s) {
+  const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7);
+  u.sc = _mm512_permutexvar_ps(idx, _mm512_zextps256_ps512(s));
 }
-// Eight grid points of 8 bytes, indices as 8 bytes / 8 int64.
+// Sixteen scales, one per 16 weights in natural order.
+inline void set_scales16(Unpacked& u, const float* s) {
+  u.sc = _mm512_permutexvar_ps(_mm512_loadu_si512(kScaleOrder), _mm512_loadu_ps(s));
+}
+inline void store(const Unpacked& u, uint8_t* lv, float* sc) {
+  for (int k = 0; k < 4; ++k) _mm512_storeu_si512(lv + 64 * k, u.q[k]);
+  _mm512_storeu_ps(sc, u.sc);
+}
+inline void load(Unpacked& u, const uint8_t* lv, const float* sc) {
+  for (int k = 0; k < 4; ++k) u.q[k] = _mm512_loadu_si512(lv + 64 * k);
+  u.sc = _mm512_loadu_ps(sc);
+}
+// 64 grid levels g (unsigned magnitudes or signed levels), negated where the
+// 64 sign bits s are set, biased.
+inline __m512i signed64(__m512i g, uint64_t s) {
+  const __m512i q = _mm512_mask_sub_epi8(g, _cvtu64_mask64(s), _mm512_setzero_si512(), g);
+  return _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
+}
+// Eight grid points of 8 bytes, indices as 8 int64.
 inline __m512i gather8x8(const void* grid, __m512i idx) { return _mm512_i64gather_epi64(idx, grid, 8); }
+
+using Acc = __m512;
+inline Acc acc_zero() { return _mm512_setzero_ps(); }
+inline float hsum(Acc acc) { return _mm512_reduce_add_ps(acc); }
+
+// acc + this block's sixteen scaled sums of 16 products with activation block a.
+inline Acc block_dot(const Unpacked& u, const BlockQ8_K& a, Acc acc) {
+  const __m512i order = _mm512_loadu_si512(kScaleOrder);
+  __m512i s[4];
+  for (int k = 0; k < 4; ++k)
+    s[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.q[k], _mm512_loadu_si512(a.qs + 64 * k));
+  // 128-bit lane L of s[k] holds the four partial sums of weights 64k + 16L ..
+  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+  const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+  const __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
+  // The +128 bias times each sum of 16 activations.
+  const __m512i bias = _mm512_slli_epi32(
+      _mm512_permutexvar_epi32(order, _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)a.bsums))), 7);
+  const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(t3, bias));
+  return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, _mm512_set1_ps(a.d)), f, acc);
+}
 #else
-// 32 levels g negated where the 32 sign bits s are set, stored signed.
-inline void put32(uint8_t* out, __m256i g, uint32_t s) {
+struct Unpacked {
+  __m256i q[8];  // weights 32k .. 32k + 31
+  __m256 sc[2];
+};
+inline void set_scales8(Unpacked& u, __m256 s) {
+  u.sc[0] = _mm256_permute2f128_ps(s, s, 0x00);  // groups 0-3 twice
+  u.sc[1] = _mm256_permute2f128_ps(s, s, 0x11);  // groups 4-7 twice
+}
+inline void set_scales16(Unpacked& u, const float* s) {
+  const __m256i idx = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  u.sc[0] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(s), idx);
+  u.sc[1] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(s + 8), idx);
+}
+inline void store(const Unpacked& u, uint8_t* lv, float* sc) {
+  for (int k = 0; k < 8; ++k) _mm256_storeu_si256((__m256i*)(lv + 32 * k), u.q[k]);
+  _mm256_storeu_ps(sc, u.sc[0]);
+  _mm256_storeu_ps(sc + 8, u.sc[1]);
+}
+inline void load(Unpacked& u, const uint8_t* lv, const float* sc) {
+  for (int k = 0; k < 8; ++k) u.q[k] = _mm256_loadu_si256((const __m256i*)(lv + 32 * k));
+  u.sc[0] = _mm256_loadu_ps(sc);
+  u.sc[1] = _mm256_loadu_ps(sc + 8);
+}
+// 32 levels g negated where the 32 sign bits s are set (signed levels).
+inline __m256i signed32(__m256i g, uint32_t s) {
   const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
                                         3, 3, 3, 3, 3, 3);
   const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
   const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)s), shuf), bits), bits);
-  _mm256_storeu_si256((__m256i*)out, _mm256_sub_epi8(_mm256_xor_si256(g, m), m));
+  return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
 }
 inline __m256i grid4x8(const uint64_t* grid, int i0, int i1, int i2, int i3) {
   return _mm256_set_epi64x((long long)grid[i3], (long long)grid[i2], (long long)grid[i1], (long long)grid[i0]);
 }
+
+using Acc = __m256;
+inline Acc acc_zero() { return _mm256_setzero_ps(); }
+inline float hsum(Acc acc) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+inline Acc block_dot(const Unpacked& u, const BlockQ8_K& a, Acc acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i s[8];
+  for (int k = 0; k < 8; ++k) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(a.qs + 32 * k));
+    s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k])), ones);
+  }
+  const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+  const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+  const __m256 d = _mm256_set1_ps(a.d);
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], d), _mm256_cvtepi32_ps(h0), acc);
+  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], d), _mm256_cvtepi32_ps(h1), acc);
+}
 #endif
 
+constexpr int kVecs = (int)(sizeof(Unpacked::q) / sizeof(Unpacked::q[0]));
+constexpr int kVecBytes = kQKK / kVecs;
+
 // ---- the formats -------------------------------------------------------------
-// Each unpack(block, lv, sc) writes the block's 256 levels (biased as
-// kLevelBias says) and its 16 scales in reduction order.
+// Each unpack(codebooks, block, u) decodes one block into u.
 
 // Any format through its scalar unpack (ref/iq_unpack.h).
 template <class F>
 struct Generic {
   using Block = typename F::Block;
-  static void unpack(const Block& b, uint8_t* lv, float* sc) {
-    int8_t q[kQKK];
-    float s[kQKK / F::kGroup];
+  static_assert(F::kGroup == 16 || F::kGroup == 32);
+  static void unpack(const IqCodebooks&, const Block& b, Unpacked& u) {
+    alignas(64) int8_t q[kQKK];
+    alignas(64) float s[kQKK / 16];
     F::unpack(b, q, s);
-    for (int j = 0; j < kQKK; ++j) lv[j] = (uint8_t)q[j] ^ kLevelBias;
-    put_scales(sc, s, F::kGroup);
+#if defined(__AVX512BW__)
+    for (int k = 0; k < kVecs; ++k)
+      u.q[k] = _mm512_xor_si512(_mm512_load_si512(q + 64 * k), _mm512_set1_epi8((char)kLevelBias));
+#else
+    for (int k = 0; k < kVecs; ++k) u.q[k] = _mm256_load_si256((const __m256i*)(q + 32 * k));
+#endif
+    if (F::kGroup == 32) {
+      set_scales8(u, _mm256_load_ps(s));
+    } else {
+      set_scales16(u, s);
+    }
   }
 };
 
@@ -136,25 +239,22 @@ struct Generic {
 // 7-bit sign indices and a 4-bit scale.
 struct FastIQ2_XXS {
   using Block = BlockIQ2_XXS;
-  static void unpack(const Block& b, uint8_t* lv, float* sc) {
-    const IqCodebooks& cb = iq_codebooks();
+  static void unpack(const IqCodebooks& cb, const Block& b, Unpacked& u) {
     __m256i idx, meta;
     split_words(b.qs, &idx, &meta);
     alignas(32) uint8_t ib[32], sg[32];
     _mm256_store_si256((__m256i*)ib, idx);
     _mm256_store_si256((__m256i*)sg, sign_bytes_7bit(meta));
-    alignas(32) float s[8];
     const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
-    _mm256_store_ps(s, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), l), _mm256_set1_ps(0.25f)));
-    put_scales(sc, s, 32);
+    set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.25f)));
 #if defined(__AVX512BW__)
     for (int k = 0; k < 4; ++k)
-      put64(lv + 64 * k, gather8x8(cb.iq2xxs, _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(ib + 8 * k)))),
-            load64(sg + 8 * k));
+      u.q[k] = signed64(gather8x8(cb.iq2xxs, _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(ib + 8 * k)))),
+                        load64(sg + 8 * k));
 #else
     const auto* grid = (const uint64_t*)cb.iq2xxs;
     for (int k = 0; k < 8; ++k)
-      put32(lv + 32 * k, grid4x8(grid, ib[4 * k], ib[4 * k + 1], ib[4 * k + 2], ib[4 * k + 3]), load32(sg + 4 * k));
+      u.q[k] = signed32(grid4x8(grid, ib[4 * k], ib[4 * k + 1], ib[4 * k + 2], ib[4 * k + 3]), load32(sg + 4 * k));
 #endif
   }
 };
@@ -163,19 +263,16 @@ struct FastIQ2_XXS {
 // word of four 7-bit sign indices and a 4-bit scale.
 struct FastIQ3_XXS {
   using Block = BlockIQ3_XXS;
-  static void unpack(const Block& b, uint8_t* lv, float* sc) {
-    const IqCodebooks& cb = iq_codebooks();
+  static void unpack(const IqCodebooks& cb, const Block& b, Unpacked& u) {
     const __m256i meta = _mm256_loadu_si256((const __m256i*)(b.qs + kQKK / 4));
     alignas(32) uint8_t sg[32];
     _mm256_store_si256((__m256i*)sg, sign_bytes_7bit(meta));
-    alignas(32) float s[8];
     const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
-    _mm256_store_ps(s, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(b.d)), l), _mm256_set1_ps(0.5f)));
-    put_scales(sc, s, 32);
+    set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.5f)));
 #if defined(__AVX512BW__)
     for (int k = 0; k < 4; ++k) {
       const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b.qs + 16 * k)));
-      put64(lv + 64 * k, _mm512_i32gather_epi32(idx, cb.iq3xxs, 4), load64(sg + 8 * k));
+      u.q[k] = signed64(_mm512_i32gather_epi32(idx, cb.iq3xxs, 4), load64(sg + 8 * k));
     }
 #else
     const auto* grid = (const uint32_t*)cb.iq3xxs;
@@ -183,7 +280,7 @@ struct FastIQ3_XXS {
       const uint8_t* q = b.qs + 8 * k;
       const __m256i g = _mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
                                           (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]);
-      put32(lv + 32 * k, g, load32(sg + 4 * k));
+      u.q[k] = signed32(g, load32(sg + 4 * k));
     }
 #endif
   }
@@ -193,12 +290,12 @@ struct FastIQ3_XXS {
 // a 3-bit scale and the sign of the +-1/8 shift (levels 8 * point +- 1).
 struct FastIQ1_S {
   using Block = BlockIQ1_S;
-  static void unpack(const Block& b, uint8_t* lv, float* sc) {
-    const IqCodebooks& cb = iq_codebooks();
-    const float d = fp16_to_fp32(b.d);
-    float s[8];
-    for (int g = 0; g < 8; ++g) s[g] = d * (float)(2 * ((b.qh[g] >> 12) & 7) + 1) * 0.125f;
-    put_scales(sc, s, 32);
+  static void unpack(const IqCodebooks& cb, const Block& b, Unpacked& u) {
+    // d * (2 * ((qh >> 12) & 7) + 1) / 8 per 32 weights
+    const __m256i h3 = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 12),
+                                        _mm256_set1_epi32(7));
+    const __m256 l = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(h3, h3), _mm256_set1_epi32(1)));
+    set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d) * 0.125f), l));
     const __m256i f8 = _mm256_set1_epi8((char)0xf8);
 #if defined(__AVX512BW__)
     const __m512i h8 = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i*)b.qh));
@@ -213,7 +310,7 @@ struct FastIQ1_S {
       const __m512i g8 = _mm512_and_si512(_mm512_slli_epi16(g, 3), _mm512_broadcast_i64x4(f8));
       const __mmask8 neg = _mm512_test_epi64_mask(h, _mm512_set1_epi64(0x8000));
       const __m512i delta = _mm512_mask_blend_epi64(neg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
-      _mm512_storeu_si512(lv + 64 * k, _mm512_xor_si512(_mm512_add_epi8(g8, delta), _mm512_set1_epi8((char)0x80)));
+      u.q[k] = _mm512_xor_si512(_mm512_add_epi8(g8, delta), _mm512_set1_epi8((char)0x80));
     }
 #else
     const auto* grid = (const uint64_t*)cb.iq1s;
@@ -223,7 +320,7 @@ struct FastIQ1_S {
       const __m256i p = grid4x8(grid, q[0] | (h & 7) << 8, q[1] | ((h >> 3) & 7) << 8, q[2] | ((h >> 6) & 7) << 8,
                                 q[3] | ((h >> 9) & 7) << 8);
       const __m256i g8 = _mm256_and_si256(_mm256_slli_epi16(p, 3), f8);
-      _mm256_storeu_si256((__m256i*)(lv + 32 * g), _mm256_add_epi8(g8, _mm256_set1_epi8(h & 0x8000 ? -1 : 1)));
+      u.q[g] = _mm256_add_epi8(g8, _mm256_set1_epi8(h & 0x8000 ? -1 : 1));
     }
 #endif
   }
@@ -232,18 +329,17 @@ struct FastIQ1_S {
 // IQ4_XS: 4-bit indices into 16 non-linear levels, 6-bit scales per 32.
 struct FastIQ4_XS {
   using Block = BlockIQ4_XS;
-  static void unpack(const Block& b, uint8_t* lv, float* sc) {
-    const IqCodebooks& cb = iq_codebooks();
-    const float d = fp16_to_fp32(b.d);
-    float s[8];
-    for (int g = 0; g < 8; ++g) {
-      const int ls = ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0xf) | (((b.scales_h >> (2 * g)) & 3) << 4);
-      s[g] = d * (float)(ls - 32);
-    }
-    put_scales(sc, s, 32);
-    alignas(16) int8_t table[16];
-    for (int i = 0; i < 16; ++i) table[i] = (int8_t)((uint8_t)cb.iq4nl[i] ^ kLevelBias);
-    const __m128i t = _mm_load_si128((const __m128i*)table);
+  static void unpack(const IqCodebooks& cb, const Block& b, Unpacked& u) {
+    // 6-bit scale g: nibble g of scales_l, bits 2g..2g+1 of scales_h on top, minus 32
+    const __m256i lo = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32((int)load32(b.scales_l)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+        _mm256_set1_epi32(0xf));
+    const __m256i hi = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+        _mm256_set1_epi32(3));
+    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(ls)));
+    const __m128i t = _mm_xor_si128(_mm_loadu_si128((const __m128i*)cb.iq4nl), _mm_set1_epi8((char)kLevelBias));
 #if defined(__AVX512BW__)
     const __m512i t4 = _mm512_broadcast_i32x4(t), low = _mm512_set1_epi8(0x0f);
     for (int k = 0; k < 4; ++k) {
@@ -251,14 +347,14 @@ struct FastIQ4_XS {
       const __m512i y = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * k)));
       __m512i z = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), y);
       z = _mm512_and_si512(_mm512_srlv_epi64(z, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), low);
-      _mm512_storeu_si512(lv + 64 * k, _mm512_shuffle_epi8(t4, z));
+      u.q[k] = _mm512_shuffle_epi8(t4, z);
     }
 #else
     const __m256i t2 = _mm256_broadcastsi128_si256(t), low = _mm256_set1_epi8(0x0f);
     for (int g = 0; g < 8; ++g) {
       const __m128i x = _mm_loadu_si128((const __m128i*)(b.qs + 16 * g));
       const __m256i z = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), low);
-      _mm256_storeu_si256((__m256i*)(lv + 32 * g), _mm256_shuffle_epi8(t2, z));
+      u.q[g] = _mm256_shuffle_epi8(t2, z);
     }
 #endif
   }
@@ -276,134 +372,169 @@ struct FastTQ1_0 {
     return _mm256_sub_epi8(_mm256_sub_epi8(base, ge86), ge171);
   }
   static __m256i times3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
-  static void unpack(const Block& b, uint8_t* lv, float* sc) {
-    const float d = fp16_to_fp32(b.d);
-    for (int p = 0; p < kSubs; ++p) sc[p] = d;
+  static void unpack(const IqCodebooks&, const Block& b, Unpacked& u) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
+    set_scales8(u, d);
+    // Weights 0-159: the five digits of qs[0..31]; 160-239: those of qs[32..47];
+    // 240-255: the four digits of qh[0..3].
     __m256i v = _mm256_loadu_si256((const __m256i*)b.qs);
-    for (int n = 0; n < 5; ++n, v = times3(v)) _mm256_storeu_si256((__m256i*)(lv + 32 * n), levels(v));
-    // The last 16 bytes of qs twice, then qh's 4 bytes: the same digits, stored by halves.
-    v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(b.qs + 32)));
-    for (int n = 0; n < 5; ++n, v = times3(v))
-      _mm_storeu_si128((__m128i*)(lv + 160 + 16 * n), _mm256_castsi256_si128(levels(v)));
-    v = _mm256_set1_epi32((int)load32(b.qh));
-    alignas(32) uint8_t tail[32];
-    for (int n = 0; n < 4; ++n, v = times3(v)) {
-      _mm256_store_si256((__m256i*)tail, levels(v));
-      std::memcpy(lv + 240 + 4 * n, tail, 4);
-    }
+    __m256i d5[5];
+    for (int n = 0; n < 5; ++n, v = times3(v)) d5[n] = levels(v);
+    // qs[32..47] as [x, 3x]: digits (0, 1), then (2, 3), then 4 in the low half.
+    const __m128i x = _mm_loadu_si128((const __m128i*)(b.qs + 32));
+    __m256i w = _mm256_set_m128i(_mm256_castsi256_si128(times3(_mm256_zextsi128_si256(x))), x);
+    const __m256i e01 = levels(w);
+    w = times3(times3(w));
+    const __m256i e23 = levels(w);
+    w = times3(times3(w));
+    const __m128i e4 = _mm256_castsi256_si128(levels(w));
+    // qh's four bytes times 1, 3, 9, 27 in the four dwords: digits 0-3 in order.
+    const __m128i h1 = _mm_set1_epi32((int)load32(b.qh));
+    const __m128i h3 = _mm_add_epi8(h1, _mm_add_epi8(h1, h1));
+    const __m128i h9 = _mm_add_epi8(h3, _mm_add_epi8(h3, h3));
+    const __m128i h27 = _mm_add_epi8(h9, _mm_add_epi8(h9, h9));
+    const __m128i hv = _mm_blend_epi32(_mm_blend_epi32(h1, h3, 0x2), _mm_blend_epi32(h9, h27, 0x8), 0xc);
+    const __m128i eh = _mm256_castsi256_si128(levels(_mm256_zextsi128_si256(hv)));
+    const __m256i tail = _mm256_set_m128i(eh, e4);  // weights 224-255
+#if defined(__AVX512BW__)
+    u.q[0] = _mm512_inserti64x4(_mm512_castsi256_si512(d5[0]), d5[1], 1);
+    u.q[1] = _mm512_inserti64x4(_mm512_castsi256_si512(d5[2]), d5[3], 1);
+    u.q[2] = _mm512_inserti64x4(_mm512_castsi256_si512(d5[4]), e01, 1);
+    u.q[3] = _mm512_inserti64x4(_mm512_castsi256_si512(e23), tail, 1);
+#else
+    for (int n = 0; n < 5; ++n) u.q[n] = d5[n];
+    u.q[5] = e01;
+    u.q[6] = e23;
+    u.q[7] = tail;
+#endif
   }
 };
 
 // TQ2_0: 2-bit fields q + 1, four per byte.
 struct FastTQ2_0 {
   using Block = BlockTQ2_0;
-  static void unpack(const Block& b, uint8_t* lv, float* sc) {
-    const float d = fp16_to_fp32(b.d);
-    for (int p = 0; p < kSubs; ++p) sc[p] = d;
-    const __m256i three = _mm256_set1_epi8(3), base = _mm256_set1_epi8((char)(0xff ^ kLevelBias));  // -1 biased
+  static void unpack(const IqCodebooks&, const Block& b, Unpacked& u) {
+    set_scales8(u, _mm256_set1_ps(_cvtsh_ss(b.d)));
+#if defined(__AVX512BW__)
+    const __m512i three = _mm512_set1_epi8(3), base = _mm512_set1_epi8((char)(0xff ^ kLevelBias));  // -1 biased
+    for (int k = 0; k < 4; ++k) {
+      // weights 64k ..: fields 2 (k % 2) and 2 (k % 2) + 1 of bytes 32 (k / 2) ..
+      const __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * (k / 2))));
+      const int s0 = 4 * (k % 2);
+      const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)s0), _mm256_set1_epi16((short)(s0 + 2)), 1);
+      u.q[k] = _mm512_add_epi8(base, _mm512_and_si512(_mm512_srlv_epi16(x, sh), three));
+    }
+#else
+    const __m256i three = _mm256_set1_epi8(3), base = _mm256_set1_epi8(-1);
     for (int j = 0; j < 2; ++j) {
       const __m256i x = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
-      for (int l = 0; l < 4; ++l) {
-        const __m256i f = _mm256_and_si256(_mm256_srli_epi16(x, 2 * l), three);
-        _mm256_storeu_si256((__m256i*)(lv + 128 * j + 32 * l), _mm256_add_epi8(base, f));
-      }
+      for (int l = 0; l < 4; ++l)
+        u.q[4 * j + l] = _mm256_add_epi8(base, _mm256_and_si256(_mm256_srli_epi16(x, 2 * l), three));
     }
+#endif
   }
 };
 
-// ---- the dot product of a decoded row with Q8_K activations --------------------
+// ---- the drivers -------------------------------------------------------------
 
-#if defined(__AVX512BW__)
-inline float dot_row(int64_t nb, const uint8_t* lv, const float* sc, const BlockQ8_K* a) {
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* w = lv + kQKK * i;
-    __m512i s[4];
-    for (int k = 0; k < 4; ++k)
-      s[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(w + 64 * k),
-                                 _mm512_loadu_si512(a[i].qs + 64 * k));
-    // 128-bit lane L of s[k] holds the four partial sums of weights 64k + 16L ..
-    const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
-    const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-    const __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
-    // The +128 bias times each sum of 16 activations.
-    const __m512i bias = _mm512_slli_epi32(
-        _mm512_permutexvar_epi32(order, _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)a[i].bsums))), 7);
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(t3, bias));
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(sc + kSubs * i), _mm512_set1_ps(a[i].d)), f, acc);
-  }
-  return _mm512_reduce_add_ps(acc);
+// The weight stream is prefetched kPrefetchAhead bytes ahead of the block being
+// decoded (the rows of a task are contiguous); past the end of the matrix a
+// prefetch is harmless.
+template <class U>
+inline void decode_block(const IqCodebooks& cb, const typename U::Block* b, Unpacked& u) {
+  const char* ahead = reinterpret_cast<const char*>(b) + kPrefetchAhead;
+  for (size_t o = 0; o < sizeof(*b); o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+  U::unpack(cb, *b, u);
 }
-#else
-inline float dot_row(int64_t nb, const uint8_t* lv, const float* sc, const BlockQ8_K* a) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const uint8_t* w = lv + kQKK * i;
-    __m256i s[8];
-    for (int k = 0; k < 8; ++k) {
-      const __m256i q = _mm256_loadu_si256((const __m256i*)(w + 32 * k));
-      const __m256i x = _mm256_loadu_si256((const __m256i*)(a[i].qs + 32 * k));
-      s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), ones);
+
+// Few activation rows (decode): each block is decoded into registers and
+// dotted with the C rows at once.
+template <class U, int C>
+void gemm_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, float* c, size_t ldc) {
+  const IqCodebooks& cb = iq_codebooks();
+  const BlockQ8_K* at[C];
+  for (int t = 0; t < C; ++t) at[t] = reinterpret_cast<const BlockQ8_K*>(a + t * as);
+  for (int r = 0; r < nr; ++r) {
+    const auto* b = reinterpret_cast<const typename U::Block*>(w + r * ws);
+    Acc acc[C];
+    for (int t = 0; t < C; ++t) acc[t] = acc_zero();
+    for (int64_t i = 0; i < nb; ++i) {
+      Unpacked u;
+      decode_block<U>(cb, b + i, u);
+      for (int t = 0; t < C; ++t) acc[t] = block_dot(u, at[t][i], acc[t]);
     }
-    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
-    const __m256 d = _mm256_set1_ps(a[i].d);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(sc + kSubs * i), d), _mm256_cvtepi32_ps(h0), acc);
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(sc + kSubs * i + 8), d), _mm256_cvtepi32_ps(h1), acc);
+    for (int t = 0; t < C; ++t) c[t * ldc + r] = hsum(acc[t]);
   }
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
 }
-#endif
 
-// ---- the driver: decode rows into a per-thread scratch, then dot ------------
-
+// Many activation rows (prefill): a few weight rows at a time are decoded once
+// into a per-thread scratch that stays in L1, then dotted with every row.
 struct RowScratch {
   std::vector<uint8_t> lv;
   std::vector<float> sc;
 };
 
 template <class U>
-void unpack_row(const void* w, int64_t nb, uint8_t* lv, float* sc) {
-  const auto* b = static_cast<const typename U::Block*>(w);
-  for (int64_t i = 0; i < nb; ++i) U::unpack(b[i], lv + kQKK * i, sc + kSubs * i);
-}
-
-template <class U>
-float vec_dot(int64_t n, const void* w, const void* a) {
+void gemm_scratch(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, int nc, float* c,
+                  size_t ldc) {
   thread_local RowScratch s;
-  const int64_t nb = n / kQKK;
-  s.lv.resize(n);
-  s.sc.resize(nb * kSubs);
-  unpack_row<U>(w, nb, s.lv.data(), s.sc.data());
-  return dot_row(nb, s.lv.data(), s.sc.data(), static_cast<const BlockQ8_K*>(a));
-}
-
-template <class U>
-void gemm_tile(int64_t n, const void* w, size_t ws, int nr, const void* a, size_t as, int nc, float* c,
-               size_t ldc) {
-  thread_local RowScratch s;
+  const IqCodebooks& cb = iq_codebooks();
   const int64_t nb = n / kQKK;
   // Rows decoded at a time: their levels and scales within ~24 KiB of L1.
   const int rows = (int)std::clamp<int64_t>((24 << 10) / (n + n / 4), 1, 8);
   s.lv.resize(rows * n);
   s.sc.resize(rows * nb * kSubs);
-  const auto* wb = static_cast<const uint8_t*>(w);
-  const auto* ab = static_cast<const uint8_t*>(a);
   for (int r0 = 0; r0 < nr; r0 += rows) {
     const int rr = std::min(rows, nr - r0);
-    for (int r = 0; r < rr; ++r)
-      unpack_row<U>(wb + (r0 + r) * ws, nb, s.lv.data() + r * n, s.sc.data() + r * nb * kSubs);
+    for (int r = 0; r < rr; ++r) {
+      const auto* b = reinterpret_cast<const typename U::Block*>(w + (r0 + r) * ws);
+      for (int64_t i = 0; i < nb; ++i) {
+        Unpacked u;
+        decode_block<U>(cb, b + i, u);
+        store(u, s.lv.data() + r * n + kQKK * i, s.sc.data() + (r * nb + i) * kSubs);
+      }
+    }
     for (int t = 0; t < nc; ++t) {
-      const auto* at = reinterpret_cast<const BlockQ8_K*>(ab + t * as);
-      for (int r = 0; r < rr; ++r)
-        c[t * ldc + r0 + r] = dot_row(nb, s.lv.data() + r * n, s.sc.data() + r * nb * kSubs, at);
+      const auto* at = reinterpret_cast<const BlockQ8_K*>(a + t * as);
+      for (int r = 0; r < rr; ++r) {
+        const uint8_t* lv = s.lv.data() + r * n;
+        const float* sc = s.sc.data() + r * nb * kSubs;
+        Acc acc = acc_zero();
+        for (int64_t i = 0; i < nb; ++i) {
+          Unpacked u;
+          load(u, lv + kQKK * i, sc + kSubs * i);
+          acc = block_dot(u, at[i], acc);
+        }
+        c[t * ldc + r0 + r] = hsum(acc);
+      }
     }
   }
+}
+
+// Tiles of up to kDirectTokens activation rows decode in registers.
+constexpr int kDirectTokens = 4;
+
+template <class U>
+void gemm_tile(int64_t n, const void* w, size_t ws, int nr, const void* a, size_t as, int nc, float* c,
+               size_t ldc) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  const int64_t nb = n / kQKK;
+  switch (nc) {
+    case 1: return gemm_direct<U, 1>(nb, wb, ws, nr, ab, as, c, ldc);
+    case 2: return gemm_direct<U, 2>(nb, wb, ws, nr, ab, as, c, ldc);
+    case 3: return gemm_direct<U, 3>(nb, wb, ws, nr, ab, as, c, ldc);
+    case 4: return gemm_direct<U, 4>(nb, wb, ws, nr, ab, as, c, ldc);
+    default: return gemm_scratch<U>(n, wb, ws, nr, ab, as, nc, c, ldc);
+  }
+  static_assert(kDirectTokens == 4);
+}
+
+template <class U>
+float vec_dot(int64_t n, const void* w, const void* a) {
+  float c;
+  gemm_direct<U, 1>(n / kQKK, static_cast<const uint8_t*>(w), 0, 1, static_cast<const uint8_t*>(a), 0, &c, 1);
+  return c;
 }
 
 template <class U>
