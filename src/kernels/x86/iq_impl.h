@@ -35,6 +35,14 @@
 #error "define SPOOL_X86_ISA (avx2 or avx512) before including x86/iq_impl.h"
 #endif
 
+#ifndef SPOOL_UNROLL
+#if defined(__clang__)
+#define SPOOL_UNROLL _Pragma("unroll")
+#else
+#define SPOOL_UNROLL _Pragma("GCC unroll 16")
+#endif
+#endif
+
 namespace spool::detail::SPOOL_X86_ISA {
 namespace {
 
@@ -110,11 +118,11 @@ inline void set_scales16(Unpacked& u, const float* s) {
   u.sc = _mm512_permutexvar_ps(_mm512_loadu_si512(kScaleOrder), _mm512_loadu_ps(s));
 }
 inline void store(const Unpacked& u, uint8_t* lv, float* sc) {
-  for (int k = 0; k < 4; ++k) _mm512_storeu_si512(lv + 64 * k, u.q[k]);
+  SPOOL_UNROLL for (int k = 0; k < 4; ++k) _mm512_storeu_si512(lv + 64 * k, u.q[k]);
   _mm512_storeu_ps(sc, u.sc);
 }
 inline void load(Unpacked& u, const uint8_t* lv, const float* sc) {
-  for (int k = 0; k < 4; ++k) u.q[k] = _mm512_loadu_si512(lv + 64 * k);
+  SPOOL_UNROLL for (int k = 0; k < 4; ++k) u.q[k] = _mm512_loadu_si512(lv + 64 * k);
   u.sc = _mm512_loadu_ps(sc);
 }
 // 64 grid levels g (unsigned magnitudes or signed levels), negated where the
@@ -130,21 +138,30 @@ using Acc = __m512;
 inline Acc acc_zero() { return _mm512_setzero_ps(); }
 inline float hsum(Acc acc) { return _mm512_reduce_add_ps(acc); }
 
+// The activation side of a Q8_K block, shared by every weight row dotted with it.
+struct Act {
+  const int8_t* x;
+  __m512i bias;  // the +128 bias of the levels times each sum of 16 activations
+  __m512 d;
+};
+inline Act act(const BlockQ8_K& a) {
+  const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)a.bsums));
+  return {a.qs, _mm512_slli_epi32(_mm512_permutexvar_epi32(_mm512_loadu_si512(kScaleOrder), bs), 7), _mm512_set1_ps(a.d)};
+}
+
 // acc + this block's sixteen scaled sums of 16 products with activation block a.
-inline Acc block_dot(const Unpacked& u, const BlockQ8_K& a, Acc acc) {
-  const __m512i order = _mm512_loadu_si512(kScaleOrder);
-  __m512i s[4];
-  for (int k = 0; k < 4; ++k)
-    s[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.q[k], _mm512_loadu_si512(a.qs + 64 * k));
+inline Acc block_dot(const Unpacked& u, const Act& a, Acc acc) {
+  const __m512i z = _mm512_setzero_si512();
+  const __m512i s0 = _mm512_dpbusd_epi32(z, u.q[0], _mm512_loadu_si512(a.x));
+  const __m512i s1 = _mm512_dpbusd_epi32(z, u.q[1], _mm512_loadu_si512(a.x + 64));
+  const __m512i s2 = _mm512_dpbusd_epi32(z, u.q[2], _mm512_loadu_si512(a.x + 128));
+  const __m512i s3 = _mm512_dpbusd_epi32(z, u.q[3], _mm512_loadu_si512(a.x + 192));
   // 128-bit lane L of s[k] holds the four partial sums of weights 64k + 16L ..
-  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
-  const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s0, s1), _mm512_unpackhi_epi32(s0, s1));
+  const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s2, s3), _mm512_unpackhi_epi32(s2, s3));
   const __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
-  // The +128 bias times each sum of 16 activations.
-  const __m512i bias = _mm512_slli_epi32(
-      _mm512_permutexvar_epi32(order, _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)a.bsums))), 7);
-  const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(t3, bias));
-  return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, _mm512_set1_ps(a.d)), f, acc);
+  const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(t3, a.bias));
+  return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), f, acc);
 }
 #else
 struct Unpacked {
@@ -161,12 +178,12 @@ inline void set_scales16(Unpacked& u, const float* s) {
   u.sc[1] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(s + 8), idx);
 }
 inline void store(const Unpacked& u, uint8_t* lv, float* sc) {
-  for (int k = 0; k < 8; ++k) _mm256_storeu_si256((__m256i*)(lv + 32 * k), u.q[k]);
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k) _mm256_storeu_si256((__m256i*)(lv + 32 * k), u.q[k]);
   _mm256_storeu_ps(sc, u.sc[0]);
   _mm256_storeu_ps(sc + 8, u.sc[1]);
 }
 inline void load(Unpacked& u, const uint8_t* lv, const float* sc) {
-  for (int k = 0; k < 8; ++k) u.q[k] = _mm256_loadu_si256((const __m256i*)(lv + 32 * k));
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k) u.q[k] = _mm256_loadu_si256((const __m256i*)(lv + 32 * k));
   u.sc[0] = _mm256_loadu_ps(sc);
   u.sc[1] = _mm256_loadu_ps(sc + 8);
 }
@@ -191,18 +208,23 @@ inline float hsum(Acc acc) {
   return _mm_cvtss_f32(h);
 }
 
-inline Acc block_dot(const Unpacked& u, const BlockQ8_K& a, Acc acc) {
+struct Act {
+  const int8_t* x;
+  __m256 d;
+};
+inline Act act(const BlockQ8_K& a) { return {a.qs, _mm256_set1_ps(a.d)}; }
+
+inline Acc block_dot(const Unpacked& u, const Act& a, Acc acc) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i s[8];
-  for (int k = 0; k < 8; ++k) {
-    const __m256i x = _mm256_loadu_si256((const __m256i*)(a.qs + 32 * k));
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
     s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k])), ones);
   }
   const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
   const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
-  const __m256 d = _mm256_set1_ps(a.d);
-  acc = _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], d), _mm256_cvtepi32_ps(h0), acc);
-  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], d), _mm256_cvtepi32_ps(h1), acc);
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], a.d), _mm256_cvtepi32_ps(h0), acc);
+  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(h1), acc);
 }
 #endif
 
@@ -222,10 +244,10 @@ struct Generic {
     alignas(64) float s[kQKK / 16];
     F::unpack(b, q, s);
 #if defined(__AVX512BW__)
-    for (int k = 0; k < kVecs; ++k)
+    SPOOL_UNROLL for (int k = 0; k < kVecs; ++k)
       u.q[k] = _mm512_xor_si512(_mm512_load_si512(q + 64 * k), _mm512_set1_epi8((char)kLevelBias));
 #else
-    for (int k = 0; k < kVecs; ++k) u.q[k] = _mm256_load_si256((const __m256i*)(q + 32 * k));
+    SPOOL_UNROLL for (int k = 0; k < kVecs; ++k) u.q[k] = _mm256_load_si256((const __m256i*)(q + 32 * k));
 #endif
     if (F::kGroup == 32) {
       set_scales8(u, _mm256_load_ps(s));
@@ -248,12 +270,12 @@ struct FastIQ2_XXS {
     const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
     set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.25f)));
 #if defined(__AVX512BW__)
-    for (int k = 0; k < 4; ++k)
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k)
       u.q[k] = signed64(gather8x8(cb.iq2xxs, _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(ib + 8 * k)))),
                         load64(sg + 8 * k));
 #else
     const auto* grid = (const uint64_t*)cb.iq2xxs;
-    for (int k = 0; k < 8; ++k)
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k)
       u.q[k] = signed32(grid4x8(grid, ib[4 * k], ib[4 * k + 1], ib[4 * k + 2], ib[4 * k + 3]), load32(sg + 4 * k));
 #endif
   }
@@ -270,13 +292,13 @@ struct FastIQ3_XXS {
     const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
     set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.5f)));
 #if defined(__AVX512BW__)
-    for (int k = 0; k < 4; ++k) {
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
       const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b.qs + 16 * k)));
       u.q[k] = signed64(_mm512_i32gather_epi32(idx, cb.iq3xxs, 4), load64(sg + 8 * k));
     }
 #else
     const auto* grid = (const uint32_t*)cb.iq3xxs;
-    for (int k = 0; k < 8; ++k) {
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
       const uint8_t* q = b.qs + 8 * k;
       const __m256i g = _mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
                                           (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]);
@@ -300,7 +322,7 @@ struct FastIQ1_S {
 #if defined(__AVX512BW__)
     const __m512i h8 = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i*)b.qh));
     const __m512i shift = _mm512_setr_epi64(0, 3, 6, 9, 0, 3, 6, 9);
-    for (int k = 0; k < 4; ++k) {
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
       const __m512i h = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1,
                                                                    2 * k + 1, 2 * k + 1), h8);
       const __m512i idx = _mm512_or_si512(
@@ -314,7 +336,7 @@ struct FastIQ1_S {
     }
 #else
     const auto* grid = (const uint64_t*)cb.iq1s;
-    for (int g = 0; g < 8; ++g) {
+    SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
       const int h = b.qh[g];
       const uint8_t* q = b.qs + 4 * g;
       const __m256i p = grid4x8(grid, q[0] | (h & 7) << 8, q[1] | ((h >> 3) & 7) << 8, q[2] | ((h >> 6) & 7) << 8,
@@ -342,7 +364,7 @@ struct FastIQ4_XS {
     const __m128i t = _mm_xor_si128(_mm_loadu_si128((const __m128i*)cb.iq4nl), _mm_set1_epi8((char)kLevelBias));
 #if defined(__AVX512BW__)
     const __m512i t4 = _mm512_broadcast_i32x4(t), low = _mm512_set1_epi8(0x0f);
-    for (int k = 0; k < 4; ++k) {
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
       // lanes: bytes 0-15 (low nibbles), the same (high), bytes 16-31 (low), (high)
       const __m512i y = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * k)));
       __m512i z = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), y);
@@ -351,7 +373,7 @@ struct FastIQ4_XS {
     }
 #else
     const __m256i t2 = _mm256_broadcastsi128_si256(t), low = _mm256_set1_epi8(0x0f);
-    for (int g = 0; g < 8; ++g) {
+    SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
       const __m128i x = _mm_loadu_si128((const __m128i*)(b.qs + 16 * g));
       const __m256i z = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), low);
       u.q[g] = _mm256_shuffle_epi8(t2, z);
@@ -379,7 +401,7 @@ struct FastTQ1_0 {
     // 240-255: the four digits of qh[0..3].
     __m256i v = _mm256_loadu_si256((const __m256i*)b.qs);
     __m256i d5[5];
-    for (int n = 0; n < 5; ++n, v = times3(v)) d5[n] = levels(v);
+    SPOOL_UNROLL for (int n = 0; n < 5; ++n, v = times3(v)) d5[n] = levels(v);
     // qs[32..47] as [x, 3x]: digits (0, 1), then (2, 3), then 4 in the low half.
     const __m128i x = _mm_loadu_si128((const __m128i*)(b.qs + 32));
     __m256i w = _mm256_set_m128i(_mm256_castsi256_si128(times3(_mm256_zextsi128_si256(x))), x);
@@ -402,7 +424,7 @@ struct FastTQ1_0 {
     u.q[2] = _mm512_inserti64x4(_mm512_castsi256_si512(d5[4]), e01, 1);
     u.q[3] = _mm512_inserti64x4(_mm512_castsi256_si512(e23), tail, 1);
 #else
-    for (int n = 0; n < 5; ++n) u.q[n] = d5[n];
+    SPOOL_UNROLL for (int n = 0; n < 5; ++n) u.q[n] = d5[n];
     u.q[5] = e01;
     u.q[6] = e23;
     u.q[7] = tail;
@@ -417,7 +439,7 @@ struct FastTQ2_0 {
     set_scales8(u, _mm256_set1_ps(_cvtsh_ss(b.d)));
 #if defined(__AVX512BW__)
     const __m512i three = _mm512_set1_epi8(3), base = _mm512_set1_epi8((char)(0xff ^ kLevelBias));  // -1 biased
-    for (int k = 0; k < 4; ++k) {
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
       // weights 64k ..: fields 2 (k % 2) and 2 (k % 2) + 1 of bytes 32 (k / 2) ..
       const __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * (k / 2))));
       const int s0 = 4 * (k % 2);
@@ -426,9 +448,9 @@ struct FastTQ2_0 {
     }
 #else
     const __m256i three = _mm256_set1_epi8(3), base = _mm256_set1_epi8(-1);
-    for (int j = 0; j < 2; ++j) {
+    SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
       const __m256i x = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
-      for (int l = 0; l < 4; ++l)
+      SPOOL_UNROLL for (int l = 0; l < 4; ++l)
         u.q[4 * j + l] = _mm256_add_epi8(base, _mm256_and_si256(_mm256_srli_epi16(x, 2 * l), three));
     }
 #endif
@@ -453,26 +475,44 @@ template <class U, int C>
 void gemm_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, float* c, size_t ldc) {
   const IqCodebooks& cb = iq_codebooks();
   const BlockQ8_K* at[C];
-  for (int t = 0; t < C; ++t) at[t] = reinterpret_cast<const BlockQ8_K*>(a + t * as);
+  SPOOL_UNROLL for (int t = 0; t < C; ++t) at[t] = reinterpret_cast<const BlockQ8_K*>(a + t * as);
   for (int r = 0; r < nr; ++r) {
     const auto* b = reinterpret_cast<const typename U::Block*>(w + r * ws);
     Acc acc[C];
-    for (int t = 0; t < C; ++t) acc[t] = acc_zero();
+    SPOOL_UNROLL for (int t = 0; t < C; ++t) acc[t] = acc_zero();
     for (int64_t i = 0; i < nb; ++i) {
       Unpacked u;
       decode_block<U>(cb, b + i, u);
-      for (int t = 0; t < C; ++t) acc[t] = block_dot(u, at[t][i], acc[t]);
+      SPOOL_UNROLL for (int t = 0; t < C; ++t) acc[t] = block_dot(u, act(at[t][i]), acc[t]);
     }
-    for (int t = 0; t < C; ++t) c[t * ldc + r] = hsum(acc[t]);
+    SPOOL_UNROLL for (int t = 0; t < C; ++t) c[t * ldc + r] = hsum(acc[t]);
   }
 }
 
-// Many activation rows (prefill): a few weight rows at a time are decoded once
-// into a per-thread scratch that stays in L1, then dotted with every row.
+// Many activation rows (prefill): kScratchRows weight rows at a time are
+// decoded once into a per-thread scratch, then dotted with every activation
+// row, the rows side by side so that each activation block is read once.
+constexpr int kScratchRows = 4;
+
 struct RowScratch {
   std::vector<uint8_t> lv;
   std::vector<float> sc;
 };
+
+template <int R>
+void dot_rows(int64_t nb, const RowScratch& s, int64_t n, const BlockQ8_K* at, float* c) {
+  Acc acc[R];
+  SPOOL_UNROLL for (int r = 0; r < R; ++r) acc[r] = acc_zero();
+  for (int64_t i = 0; i < nb; ++i) {
+    const Act x = act(at[i]);
+    SPOOL_UNROLL for (int r = 0; r < R; ++r) {
+      Unpacked u;
+      load(u, s.lv.data() + r * n + kQKK * i, s.sc.data() + (r * nb + i) * kSubs);
+      acc[r] = block_dot(u, x, acc[r]);
+    }
+  }
+  SPOOL_UNROLL for (int r = 0; r < R; ++r) c[r] = hsum(acc[r]);
+}
 
 template <class U>
 void gemm_scratch(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, int nc, float* c,
@@ -480,12 +520,10 @@ void gemm_scratch(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t*
   thread_local RowScratch s;
   const IqCodebooks& cb = iq_codebooks();
   const int64_t nb = n / kQKK;
-  // Rows decoded at a time: their levels and scales within ~24 KiB of L1.
-  const int rows = (int)std::clamp<int64_t>((24 << 10) / (n + n / 4), 1, 8);
-  s.lv.resize(rows * n);
-  s.sc.resize(rows * nb * kSubs);
-  for (int r0 = 0; r0 < nr; r0 += rows) {
-    const int rr = std::min(rows, nr - r0);
+  s.lv.resize(kScratchRows * n);
+  s.sc.resize(kScratchRows * nb * kSubs);
+  for (int r0 = 0; r0 < nr; r0 += kScratchRows) {
+    const int rr = std::min(kScratchRows, nr - r0);
     for (int r = 0; r < rr; ++r) {
       const auto* b = reinterpret_cast<const typename U::Block*>(w + (r0 + r) * ws);
       for (int64_t i = 0; i < nb; ++i) {
@@ -496,19 +534,16 @@ void gemm_scratch(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t*
     }
     for (int t = 0; t < nc; ++t) {
       const auto* at = reinterpret_cast<const BlockQ8_K*>(a + t * as);
-      for (int r = 0; r < rr; ++r) {
-        const uint8_t* lv = s.lv.data() + r * n;
-        const float* sc = s.sc.data() + r * nb * kSubs;
-        Acc acc = acc_zero();
-        for (int64_t i = 0; i < nb; ++i) {
-          Unpacked u;
-          load(u, lv + kQKK * i, sc + kSubs * i);
-          acc = block_dot(u, at[i], acc);
-        }
-        c[t * ldc + r0 + r] = hsum(acc);
+      float* ct = c + t * ldc + r0;
+      switch (rr) {
+        case 4: dot_rows<4>(nb, s, n, at, ct); break;
+        case 3: dot_rows<3>(nb, s, n, at, ct); break;
+        case 2: dot_rows<2>(nb, s, n, at, ct); break;
+        default: dot_rows<1>(nb, s, n, at, ct); break;
       }
     }
   }
+  static_assert(kScratchRows == 4);
 }
 
 // Tiles of up to kDirectTokens activation rows decode in registers.
