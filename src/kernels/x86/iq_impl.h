@@ -25,6 +25,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
 #include "kernels/iq_codebooks.h"
@@ -42,6 +43,8 @@
 #define SPOOL_UNROLL _Pragma("GCC unroll 16")
 #endif
 #endif
+// Unpacks return their block through registers only when inlined into the driver.
+#define SPOOL_IQ_INLINE __attribute__((always_inline)) inline
 
 namespace spool::detail::SPOOL_X86_ISA {
 namespace {
@@ -96,6 +99,57 @@ inline uint32_t load32(const uint8_t* p) {
   return v;
 }
 
+// ---- grid points as codes ---------------------------------------------------
+// A grid's bytes take at most 4 distinct levels (IQ2 grids, IQ1's -1/0/1) or 8
+// (IQ3 grids), so a point fits 16 bits: 2 or 3 bits per weight, first weight
+// lowest. The AVX-512 kernels look these codes up with word permutes (a
+// 256-entry table is eight registers) and turn them into levels with a byte
+// shuffle, where gathering 8-byte points costs a cycle or more per point.
+struct GridCodes {
+  alignas(64) uint16_t iq2xxs[256];
+  alignas(64) uint16_t iq2xs[512];
+  alignas(64) uint16_t iq2s[1024];
+  alignas(64) uint16_t iq3xxs[256];
+  alignas(64) uint16_t iq3s[512];
+  alignas(64) uint16_t iq1s[2048 + 2];  // (32-bit gathers read two bytes past an entry)
+  // Level of each field value, for a byte shuffle (16 entries, repeated).
+  alignas(16) int8_t lv_iq2xxs[16], lv_iq2xs[16], lv_iq2s[16], lv_iq3xxs[16], lv_iq3s[16], lv_iq1s[16];
+  alignas(16) int8_t lv_iq1s8[16];  // 8 * lv_iq1s: IQ1 levels before the shift
+};
+
+template <size_t N, size_t W, class T>
+void encode_grid(const T (&grid)[N][W], uint16_t* codes, int8_t* lv, int bits) {
+  std::vector<int> levels;
+  for (const auto& point : grid)
+    for (T v : point) levels.push_back((int)v);
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  SPOOL_CHECK(levels.size() <= (1u << bits) && bits * W <= 16);
+  for (size_t i = 0; i < N; ++i) {
+    unsigned c = 0;
+    for (size_t j = 0; j < W; ++j)
+      c |= (unsigned)(std::lower_bound(levels.begin(), levels.end(), (int)grid[i][j]) - levels.begin()) << (bits * j);
+    codes[i] = (uint16_t)c;
+  }
+  for (int k = 0; k < 16; ++k) lv[k] = (int8_t)levels[std::min<size_t>(k % (1 << bits), levels.size() - 1)];
+}
+
+inline const GridCodes& grid_codes() {
+  static const GridCodes* g = [] {
+    const IqCodebooks& cb = iq_codebooks();
+    auto* c = new GridCodes{};
+    encode_grid(cb.iq2xxs, c->iq2xxs, c->lv_iq2xxs, 2);
+    encode_grid(cb.iq2xs, c->iq2xs, c->lv_iq2xs, 2);
+    encode_grid(cb.iq2s, c->iq2s, c->lv_iq2s, 2);
+    encode_grid(cb.iq3xxs, c->iq3xxs, c->lv_iq3xxs, 3);
+    encode_grid(cb.iq3s, c->iq3s, c->lv_iq3s, 3);
+    encode_grid(cb.iq1s, c->iq1s, c->lv_iq1s, 2);
+    for (int k = 0; k < 16; ++k) c->lv_iq1s8[k] = (int8_t)(8 * c->lv_iq1s[k]);
+    return c;
+  }();
+  return *g;
+}
+
 // ---- a decoded block in registers ---------------------------------------------
 // Unpacked holds one block: its 256 levels (biased as kLevelBias says) and its
 // 16 scales in reduction order. Every path computes a block's contribution
@@ -133,6 +187,57 @@ inline __m512i signed64(__m512i g, uint64_t s) {
 }
 // Eight grid points of 8 bytes, indices as 8 int64.
 inline __m512i gather8x8(const void* grid, __m512i idx) { return _mm512_i64gather_epi64(idx, grid, 8); }
+
+// Sixteen scales as 8 low-nibble ones (sub-blocks 0, 2, .., 14) and 8 high.
+inline void set_scales_lohi(Unpacked& u, __m256 lo, __m256 hi) {
+  const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  u.sc = _mm512_permutexvar_ps(idx, _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
+}
+inline void set_scales16(Unpacked& u, __m512 s) { u.sc = _mm512_permutexvar_ps(_mm512_loadu_si512(kScaleOrder), s); }
+
+// Codes of the 32 grid indices in the words of idx, from a table of N entries:
+// a two-table word permute per 64 entries, then blends on the higher index bits.
+template <int N>
+SPOOL_IQ_INLINE __m512i lookup_codes(const uint16_t* table, __m512i idx) {
+  __m512i r[N / 64];
+  SPOOL_UNROLL for (int j = 0; j < N / 64; ++j)
+    r[j] = _mm512_permutex2var_epi16(_mm512_load_si512(table + 64 * j), idx, _mm512_load_si512(table + 64 * j + 32));
+  int n = N / 64;
+  SPOOL_UNROLL for (int bit = 6; n > 1; ++bit, n /= 2) {
+    const __mmask32 m = _mm512_test_epi16_mask(idx, _mm512_set1_epi16((short)(1 << bit)));
+    SPOOL_UNROLL for (int i = 0; i < n / 2; ++i) r[i] = _mm512_mask_blend_epi16(m, r[2 * i], r[2 * i + 1]);
+  }
+  return r[0];
+}
+// The 64 levels of codes 8k .. 8k + 7 (2 bits per weight).
+SPOOL_IQ_INLINE __m512i expand_2bit(__m512i codes, int k, const int8_t* lv) {
+  const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)(8 * k)),
+                                       _mm512_setr_epi64(0, 0x0001000100010001, 0x0002000200020002, 0x0003000300030003,
+                                                         0x0004000400040004, 0x0005000500050005, 0x0006000600060006,
+                                                         0x0007000700070007));
+  __m512i x = _mm512_permutexvar_epi16(idx, codes);
+  x = _mm512_srlv_epi16(x, _mm512_set1_epi64(0x000c000800040000));
+  // low byte: field 2w (bits 0-1); high byte: field 2w + 1 (bits 2-3, moved up by 6)
+  x = _mm512_ternarylogic_epi32(x, _mm512_slli_epi16(x, 6), _mm512_set1_epi16(0x00ff), 0xe4);
+  x = _mm512_and_si512(x, _mm512_set1_epi16(0x0303));
+  return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_load_si128((const __m128i*)lv)), x);
+}
+// The 64 levels of codes 16k .. 16k + 15 (3 bits per weight).
+SPOOL_IQ_INLINE __m512i expand_3bit(__m512i codes, int k, const int8_t* lv) {
+  const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)(16 * k)),
+                                       _mm512_srli_epi16(_mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004,
+                                                                           0x00070006, 0x00090008, 0x000b000a,
+                                                                           0x000d000c, 0x000f000e, 0x00110010,
+                                                                           0x00130012, 0x00150014, 0x00170016,
+                                                                           0x00190018, 0x001b001a, 0x001d001c,
+                                                                           0x001f001e), 1));
+  __m512i x = _mm512_permutexvar_epi16(idx, codes);
+  x = _mm512_srlv_epi16(x, _mm512_set1_epi32(0x00060000));
+  // low byte: field 2w (bits 0-2); high byte: field 2w + 1 (bits 3-5, moved up by 5)
+  x = _mm512_ternarylogic_epi32(x, _mm512_slli_epi16(x, 5), _mm512_set1_epi16(0x00ff), 0xe4);
+  x = _mm512_and_si512(x, _mm512_set1_epi16(0x0707));
+  return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_load_si128((const __m128i*)lv)), x);
+}
 
 using Acc = __m512;
 inline Acc acc_zero() { return _mm512_setzero_ps(); }
@@ -198,6 +303,19 @@ inline __m256i signed32(__m256i g, uint32_t s) {
 inline __m256i grid4x8(const uint64_t* grid, int i0, int i1, int i2, int i3) {
   return _mm256_set_epi64x((long long)grid[i3], (long long)grid[i2], (long long)grid[i1], (long long)grid[i0]);
 }
+inline __m256i grid8x4(const uint32_t* grid, const int* i) {
+  return _mm256_setr_epi32((int)grid[i[0]], (int)grid[i[1]], (int)grid[i[2]], (int)grid[i[3]], (int)grid[i[4]],
+                           (int)grid[i[5]], (int)grid[i[6]], (int)grid[i[7]]);
+}
+inline void set_scales_lohi(Unpacked& u, __m256 lo, __m256 hi) {
+  u.sc[0] = _mm256_permute2f128_ps(lo, hi, 0x20);
+  u.sc[1] = _mm256_permute2f128_ps(lo, hi, 0x31);
+}
+inline void set_scales16(Unpacked& u, __m256 s0, __m256 s1) {
+  const __m256i idx = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  u.sc[0] = _mm256_permutevar8x32_ps(s0, idx);
+  u.sc[1] = _mm256_permutevar8x32_ps(s1, idx);
+}
 
 using Acc = __m256;
 inline Acc acc_zero() { return _mm256_setzero_ps(); }
@@ -232,6 +350,11 @@ constexpr int kVecs = (int)(sizeof(Unpacked::q) / sizeof(Unpacked::q[0]));
 constexpr int kVecBytes = kQKK / kVecs;
 
 // ---- the formats -------------------------------------------------------------
+// The tables an unpack may read.
+struct Books {
+  const IqCodebooks* cb;
+  const GridCodes* gc;
+};
 // Each unpack(codebooks, block, u) decodes one block into u.
 
 // Any format through its scalar unpack (ref/iq_unpack.h).
@@ -239,7 +362,7 @@ template <class F>
 struct Generic {
   using Block = typename F::Block;
   static_assert(F::kGroup == 16 || F::kGroup == 32);
-  static void unpack(const IqCodebooks&, const Block& b, Unpacked& u) {
+  static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
     alignas(64) int8_t q[kQKK];
     alignas(64) float s[kQKK / 16];
     F::unpack(b, q, s);
@@ -257,26 +380,101 @@ struct Generic {
   }
 };
 
+// The scales of the IQ2 types with 4-bit scales per 16 (IQ2_XS, IQ2_S):
+// d * (l + 1/2) / 4, low nibbles and high nibbles of 8 bytes.
+SPOOL_IQ_INLINE void iq2_scales16(Unpacked& u, uint16_t d16, const uint8_t* scales) {
+  const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)scales));
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16)), half = _mm256_set1_ps(0.5f), q = _mm256_set1_ps(0.25f);
+  const __m256 lo = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0xf))), half);
+  const __m256 hi = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), half);
+  set_scales_lohi(u, _mm256_mul_ps(_mm256_mul_ps(d, lo), q), _mm256_mul_ps(_mm256_mul_ps(d, hi), q));
+}
+
 // IQ2_XXS: per 32 weights four 8-bit indices into a grid of 8 magnitudes, four
 // 7-bit sign indices and a 4-bit scale.
 struct FastIQ2_XXS {
   using Block = BlockIQ2_XXS;
-  static void unpack(const IqCodebooks& cb, const Block& b, Unpacked& u) {
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     __m256i idx, meta;
     split_words(b.qs, &idx, &meta);
-    alignas(32) uint8_t ib[32], sg[32];
-    _mm256_store_si256((__m256i*)ib, idx);
+    alignas(32) uint8_t sg[32];
     _mm256_store_si256((__m256i*)sg, sign_bytes_7bit(meta));
     const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
     set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.25f)));
 #if defined(__AVX512BW__)
+    const __m512i codes = lookup_codes<256>(bk.gc->iq2xxs, _mm512_cvtepu8_epi16(idx));
     SPOOL_UNROLL for (int k = 0; k < 4; ++k)
-      u.q[k] = signed64(gather8x8(cb.iq2xxs, _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(ib + 8 * k)))),
-                        load64(sg + 8 * k));
+      u.q[k] = signed64(expand_2bit(codes, k, bk.gc->lv_iq2xxs), load64(sg + 8 * k));
 #else
-    const auto* grid = (const uint64_t*)cb.iq2xxs;
+    alignas(32) uint8_t ib[32];
+    _mm256_store_si256((__m256i*)ib, idx);
+    const auto* grid = (const uint64_t*)bk.cb->iq2xxs;
     SPOOL_UNROLL for (int k = 0; k < 8; ++k)
       u.q[k] = signed32(grid4x8(grid, ib[4 * k], ib[4 * k + 1], ib[4 * k + 2], ib[4 * k + 3]), load32(sg + 4 * k));
+#endif
+  }
+};
+
+// IQ2_XS: per 8 weights a 9-bit grid index and a 7-bit sign index; 4-bit
+// scales per 16.
+struct FastIQ2_XS {
+  using Block = BlockIQ2_XS;
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+    iq2_scales16(u, b.d, b.scales);
+#if defined(__AVX512BW__)
+    const __m512i v = _mm512_loadu_si512(b.qs);
+    // sign index (bits 9-15) completed by its parity bit
+    const __m512i f = _mm512_srli_epi16(v, 9);
+    __m512i par = _mm512_xor_si512(f, _mm512_srli_epi16(f, 4));
+    par = _mm512_xor_si512(par, _mm512_srli_epi16(par, 2));
+    par = _mm512_xor_si512(par, _mm512_srli_epi16(par, 1));
+    const __m512i sgn = _mm512_ternarylogic_epi32(f, _mm512_slli_epi16(par, 7), _mm512_set1_epi16(0x80), 0xf8);
+    alignas(32) uint8_t sg[32];
+    _mm256_store_si256((__m256i*)sg, _mm512_cvtepi16_epi8(sgn));
+    const __m512i codes = lookup_codes<512>(bk.gc->iq2xs, _mm512_and_si512(v, _mm512_set1_epi16(511)));
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k)
+      u.q[k] = signed64(expand_2bit(codes, k, bk.gc->lv_iq2xs), load64(sg + 8 * k));
+#else
+    const auto* grid = (const uint64_t*)bk.cb->iq2xs;
+    const uint8_t* signs = bk.cb->signs;
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+      const uint16_t* v = b.qs + 4 * k;
+      const uint32_t s = signs[v[0] >> 9] | signs[v[1] >> 9] << 8 | signs[v[2] >> 9] << 16 | (uint32_t)signs[v[3] >> 9] << 24;
+      u.q[k] = signed32(grid4x8(grid, v[0] & 511, v[1] & 511, v[2] & 511, v[3] & 511), s);
+    }
+#endif
+  }
+};
+
+// IQ2_S: per 8 weights a 10-bit grid index (8 bits in qs, 2 in qh) and an
+// explicit sign byte (after the indices); 4-bit scales per 16.
+struct FastIQ2_S {
+  using Block = BlockIQ2_S;
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+    iq2_scales16(u, b.d, b.scales);
+    const uint8_t* signs = b.qs + kQKK / 8;
+#if defined(__AVX512BW__)
+    // index m: qs[m] | bits 2 (m % 4) .. of qh[m / 4] as bits 8-9
+    const __m512i h = _mm512_permutexvar_epi16(
+        _mm512_srli_epi16(_mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008, 0x000b000a,
+                                            0x000d000c, 0x000f000e, 0x00110010, 0x00130012, 0x00150014, 0x00170016,
+                                            0x00190018, 0x001b001a, 0x001d001c, 0x001f001e), 2),
+        _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_loadl_epi64((const __m128i*)b.qh))));
+    const __m512i hi = _mm512_and_si512(_mm512_sllv_epi16(h, _mm512_set1_epi64(0x0002000400060008)),
+                                        _mm512_set1_epi16(0x300));
+    const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)b.qs)), hi);
+    const __m512i codes = lookup_codes<1024>(bk.gc->iq2s, idx);
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k)
+      u.q[k] = signed64(expand_2bit(codes, k, bk.gc->lv_iq2s), load64(signs + 8 * k));
+#else
+    const auto* grid = (const uint64_t*)bk.cb->iq2s;
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+      const uint8_t* q = b.qs + 4 * k;
+      const int h = b.qh[k];
+      u.q[k] = signed32(grid4x8(grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300),
+                                q[3] | (h << 2 & 0x300)),
+                        load32(signs + 4 * k));
+    }
 #endif
   }
 };
@@ -285,24 +483,57 @@ struct FastIQ2_XXS {
 // word of four 7-bit sign indices and a 4-bit scale.
 struct FastIQ3_XXS {
   using Block = BlockIQ3_XXS;
-  static void unpack(const IqCodebooks& cb, const Block& b, Unpacked& u) {
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     const __m256i meta = _mm256_loadu_si256((const __m256i*)(b.qs + kQKK / 4));
     alignas(32) uint8_t sg[32];
     _mm256_store_si256((__m256i*)sg, sign_bytes_7bit(meta));
     const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
     set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.5f)));
 #if defined(__AVX512BW__)
-    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
-      const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(b.qs + 16 * k)));
-      u.q[k] = signed64(_mm512_i32gather_epi32(idx, cb.iq3xxs, 4), load64(sg + 8 * k));
+    SPOOL_UNROLL for (int h = 0; h < 2; ++h) {
+      const __m512i codes =
+          lookup_codes<256>(bk.gc->iq3xxs, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * h))));
+      SPOOL_UNROLL for (int k = 0; k < 2; ++k)
+        u.q[2 * h + k] = signed64(expand_3bit(codes, k, bk.gc->lv_iq3xxs), load64(sg + 16 * h + 8 * k));
     }
 #else
-    const auto* grid = (const uint32_t*)cb.iq3xxs;
+    const auto* grid = (const uint32_t*)bk.cb->iq3xxs;
     SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
       const uint8_t* q = b.qs + 8 * k;
-      const __m256i g = _mm256_setr_epi32((int)grid[q[0]], (int)grid[q[1]], (int)grid[q[2]], (int)grid[q[3]],
-                                          (int)grid[q[4]], (int)grid[q[5]], (int)grid[q[6]], (int)grid[q[7]]);
-      u.q[k] = signed32(g, load32(sg + 4 * k));
+      const int i[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
+      u.q[k] = signed32(grid8x4(grid, i), load32(sg + 4 * k));
+    }
+#endif
+  }
+};
+
+// IQ3_S: 64 9-bit indices (the top bits in qh) into a grid of 4 odd levels,
+// explicit signs, 4-bit scales per 32: d * (1 + 2 l).
+struct FastIQ3_S {
+  using Block = BlockIQ3_S;
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+    const __m256i l = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32((int)load32(b.scales)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+        _mm256_set1_epi32(0xf));
+    const __m256 l21 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(l, l), _mm256_set1_epi32(1)));
+    set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l21));
+#if defined(__AVX512BW__)
+    const uint64_t qh = load64(b.qh);
+    SPOOL_UNROLL for (int h = 0; h < 2; ++h) {
+      __m512i idx = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * h)));
+      idx = _mm512_mask_add_epi16(idx, (__mmask32)(qh >> (32 * h)), idx, _mm512_set1_epi16(256));
+      const __m512i codes = lookup_codes<512>(bk.gc->iq3s, idx);
+      SPOOL_UNROLL for (int k = 0; k < 2; ++k)
+        u.q[2 * h + k] = signed64(expand_3bit(codes, k, bk.gc->lv_iq3s), load64(b.signs + 16 * h + 8 * k));
+    }
+#else
+    const auto* grid = (const uint32_t*)bk.cb->iq3s;
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+      const uint8_t* q = b.qs + 8 * k;
+      const int h = b.qh[k];
+      const int i[8] = {q[0] | (h << 8 & 256), q[1] | (h << 7 & 256), q[2] | (h << 6 & 256), q[3] | (h << 5 & 256),
+                        q[4] | (h << 4 & 256), q[5] | (h << 3 & 256), q[6] | (h << 2 & 256), q[7] | (h << 1 & 256)};
+      u.q[k] = signed32(grid8x4(grid, i), load32(b.signs + 4 * k));
     }
 #endif
   }
@@ -312,30 +543,38 @@ struct FastIQ3_XXS {
 // a 3-bit scale and the sign of the +-1/8 shift (levels 8 * point +- 1).
 struct FastIQ1_S {
   using Block = BlockIQ1_S;
-  static void unpack(const IqCodebooks& cb, const Block& b, Unpacked& u) {
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     // d * (2 * ((qh >> 12) & 7) + 1) / 8 per 32 weights
     const __m256i h3 = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 12),
                                         _mm256_set1_epi32(7));
     const __m256 l = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(h3, h3), _mm256_set1_epi32(1)));
     set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d) * 0.125f), l));
-    const __m256i f8 = _mm256_set1_epi8((char)0xf8);
 #if defined(__AVX512BW__)
+    // index m = qs[m] | bits 3 (m % 4) .. of qh[m / 4] as bits 8-10
+    const __m512i qh = _mm512_permutexvar_epi16(
+        _mm512_srli_epi16(_mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008, 0x000b000a,
+                                            0x000d000c, 0x000f000e, 0x00110010, 0x00130012, 0x00150014, 0x00170016,
+                                            0x00190018, 0x001b001a, 0x001d001c, 0x001f001e), 2),
+        _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)b.qh)));
+    const __m512i hi = _mm512_slli_epi16(
+        _mm512_and_si512(_mm512_srlv_epi16(qh, _mm512_set1_epi64(0x0009000600030000)), _mm512_set1_epi16(7)), 8);
+    const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)b.qs)), hi);
+    // codes by 32-bit gathers of the 16-bit entries (2048 entries are too many to permute)
+    const __m512i c0 = _mm512_i32gather_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(idx)), bk.gc->iq1s, 2);
+    const __m512i c1 = _mm512_i32gather_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(idx, 1)), bk.gc->iq1s, 2);
+    const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(c0)), _mm512_cvtepi32_epi16(c1), 1);
     const __m512i h8 = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i*)b.qh));
-    const __m512i shift = _mm512_setr_epi64(0, 3, 6, 9, 0, 3, 6, 9);
     SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
       const __m512i h = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1,
                                                                    2 * k + 1, 2 * k + 1), h8);
-      const __m512i idx = _mm512_or_si512(
-          _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i*)(b.qs + 8 * k))),
-          _mm512_slli_epi64(_mm512_and_si512(_mm512_srlv_epi64(h, shift), _mm512_set1_epi64(7)), 8));
-      const __m512i g = gather8x8(cb.iq1s, idx);
-      const __m512i g8 = _mm512_and_si512(_mm512_slli_epi16(g, 3), _mm512_broadcast_i64x4(f8));
       const __mmask8 neg = _mm512_test_epi64_mask(h, _mm512_set1_epi64(0x8000));
       const __m512i delta = _mm512_mask_blend_epi64(neg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
+      const __m512i g8 = expand_2bit(codes, k, bk.gc->lv_iq1s8);
       u.q[k] = _mm512_xor_si512(_mm512_add_epi8(g8, delta), _mm512_set1_epi8((char)0x80));
     }
 #else
-    const auto* grid = (const uint64_t*)cb.iq1s;
+    const __m256i f8 = _mm256_set1_epi8((char)0xf8);
+    const auto* grid = (const uint64_t*)bk.cb->iq1s;
     SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
       const int h = b.qh[g];
       const uint8_t* q = b.qs + 4 * g;
@@ -348,10 +587,74 @@ struct FastIQ1_S {
   }
 };
 
+// IQ1_M: as IQ1_S with the shift's sign per 8 weights (bit 3 of each index's
+// nibble in qh) and 3-bit scales per 16; the fp16 scale is spread over the
+// top nibbles of the four scale words.
+struct FastIQ1_M {
+  using Block = BlockIQ1_M;
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+    uint16_t sc[4];
+    std::memcpy(sc, b.scales, sizeof sc);
+    const uint16_t d16 = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16)), e = _mm256_set1_ps(0.125f);
+    // field f (sub-block f): bits 3 (f % 4) .. of word f / 4
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadl_epi64((const __m128i*)sc));
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9);
+    __m256 s[2];
+    for (int j = 0; j < 2; ++j) {
+      const __m256i x = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1,
+                                                                          2 * j + 1, 2 * j + 1));
+      const __m256i l = _mm256_and_si256(_mm256_srlv_epi32(x, sh), _mm256_set1_epi32(7));
+      const __m256 l21 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(l, l), _mm256_set1_epi32(1)));
+      s[j] = _mm256_mul_ps(_mm256_mul_ps(d, l21), e);
+    }
+#if defined(__AVX512BW__)
+    set_scales16(u, _mm512_insertf32x8(_mm512_castps256_ps512(s[0]), s[1], 1));
+    // nibble m = qh[m / 2] >> 4 (m % 2): 3 index bits, then the shift's sign
+    const __m512i nib = _mm512_and_si512(
+        _mm512_srlv_epi16(_mm512_permutexvar_epi16(
+                              _mm512_srli_epi16(_mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006,
+                                                                  0x00090008, 0x000b000a, 0x000d000c, 0x000f000e,
+                                                                  0x00110010, 0x00130012, 0x00150014, 0x00170016,
+                                                                  0x00190018, 0x001b001a, 0x001d001c, 0x001f001e),
+                                                1),
+                              _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i*)b.qh)))),
+                          _mm512_set1_epi32(0x00040000)),
+        _mm512_set1_epi16(0xf));
+    const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)b.qs)),
+                                        _mm512_slli_epi16(_mm512_and_si512(nib, _mm512_set1_epi16(7)), 8));
+    const __mmask32 neg = _mm512_test_epi16_mask(nib, _mm512_set1_epi16(8));
+    const __m512i c0 = _mm512_i32gather_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(idx)), bk.gc->iq1s, 2);
+    const __m512i c1 = _mm512_i32gather_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(idx, 1)), bk.gc->iq1s, 2);
+    const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(c0)), _mm512_cvtepi32_epi16(c1), 1);
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
+      const __m512i delta = _mm512_mask_blend_epi64((__mmask8)(neg >> (8 * k)), _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
+      const __m512i g8 = expand_2bit(codes, k, bk.gc->lv_iq1s8);
+      u.q[k] = _mm512_xor_si512(_mm512_add_epi8(g8, delta), _mm512_set1_epi8((char)0x80));
+    }
+#else
+    set_scales16(u, s[0], s[1]);
+    const __m256i f8 = _mm256_set1_epi8((char)0xf8);
+    const auto* grid = (const uint64_t*)bk.cb->iq1s;
+    SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
+      const uint8_t* q = b.qs + 4 * g;
+      const int h0 = b.qh[2 * g], h1 = b.qh[2 * g + 1];
+      const int n[4] = {h0 & 0xf, h0 >> 4, h1 & 0xf, h1 >> 4};
+      const __m256i p = grid4x8(grid, q[0] | (n[0] & 7) << 8, q[1] | (n[1] & 7) << 8, q[2] | (n[2] & 7) << 8,
+                                q[3] | (n[3] & 7) << 8);
+      const __m256i g8 = _mm256_and_si256(_mm256_slli_epi16(p, 3), f8);
+      const __m256i delta = _mm256_setr_epi64x(n[0] & 8 ? -1 : 0x0101010101010101, n[1] & 8 ? -1 : 0x0101010101010101,
+                                               n[2] & 8 ? -1 : 0x0101010101010101, n[3] & 8 ? -1 : 0x0101010101010101);
+      u.q[g] = _mm256_add_epi8(g8, delta);
+    }
+#endif
+  }
+};
+
 // IQ4_XS: 4-bit indices into 16 non-linear levels, 6-bit scales per 32.
 struct FastIQ4_XS {
   using Block = BlockIQ4_XS;
-  static void unpack(const IqCodebooks& cb, const Block& b, Unpacked& u) {
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     // 6-bit scale g: nibble g of scales_l, bits 2g..2g+1 of scales_h on top, minus 32
     const __m256i lo = _mm256_and_si256(
         _mm256_srlv_epi32(_mm256_set1_epi32((int)load32(b.scales_l)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
@@ -361,7 +664,7 @@ struct FastIQ4_XS {
         _mm256_set1_epi32(3));
     const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
     set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), _mm256_cvtepi32_ps(ls)));
-    const __m128i t = _mm_xor_si128(_mm_loadu_si128((const __m128i*)cb.iq4nl), _mm_set1_epi8((char)kLevelBias));
+    const __m128i t = _mm_xor_si128(_mm_loadu_si128((const __m128i*)bk.cb->iq4nl), _mm_set1_epi8((char)kLevelBias));
 #if defined(__AVX512BW__)
     const __m512i t4 = _mm512_broadcast_i32x4(t), low = _mm512_set1_epi8(0x0f);
     SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
@@ -394,7 +697,7 @@ struct FastTQ1_0 {
     return _mm256_sub_epi8(_mm256_sub_epi8(base, ge86), ge171);
   }
   static __m256i times3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
-  static void unpack(const IqCodebooks&, const Block& b, Unpacked& u) {
+  static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
     set_scales8(u, d);
     // Weights 0-159: the five digits of qs[0..31]; 160-239: those of qs[32..47];
@@ -435,7 +738,7 @@ struct FastTQ1_0 {
 // TQ2_0: 2-bit fields q + 1, four per byte.
 struct FastTQ2_0 {
   using Block = BlockTQ2_0;
-  static void unpack(const IqCodebooks&, const Block& b, Unpacked& u) {
+  static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
     set_scales8(u, _mm256_set1_ps(_cvtsh_ss(b.d)));
 #if defined(__AVX512BW__)
     const __m512i three = _mm512_set1_epi8(3), base = _mm512_set1_epi8((char)(0xff ^ kLevelBias));  // -1 biased
@@ -463,7 +766,7 @@ struct FastTQ2_0 {
 // decoded (the rows of a task are contiguous); past the end of the matrix a
 // prefetch is harmless.
 template <class U>
-inline void decode_block(const IqCodebooks& cb, const typename U::Block* b, Unpacked& u) {
+SPOOL_IQ_INLINE void decode_block(const Books& cb, const typename U::Block* b, Unpacked& u) {
   const char* ahead = reinterpret_cast<const char*>(b) + kPrefetchAhead;
   for (size_t o = 0; o < sizeof(*b); o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
   U::unpack(cb, *b, u);
@@ -473,7 +776,7 @@ inline void decode_block(const IqCodebooks& cb, const typename U::Block* b, Unpa
 // dotted with the C rows at once.
 template <class U, int C>
 void gemm_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, float* c, size_t ldc) {
-  const IqCodebooks& cb = iq_codebooks();
+  const Books cb{&iq_codebooks(), &grid_codes()};
   const BlockQ8_K* at[C];
   SPOOL_UNROLL for (int t = 0; t < C; ++t) at[t] = reinterpret_cast<const BlockQ8_K*>(a + t * as);
   for (int r = 0; r < nr; ++r) {
@@ -518,7 +821,7 @@ template <class U>
 void gemm_scratch(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, int nc, float* c,
                   size_t ldc) {
   thread_local RowScratch s;
-  const IqCodebooks& cb = iq_codebooks();
+  const Books cb{&iq_codebooks(), &grid_codes()};
   const int64_t nb = n / kQKK;
   s.lv.resize(kScratchRows * n);
   s.sc.resize(kScratchRows * nb * kSubs);
@@ -583,12 +886,12 @@ void set(KernelTable& t, DType type) {
 
 inline void fill_iq_kernels(KernelTable& t) {
   set<FastIQ2_XXS>(t, DType::IQ2_XXS);
-  set<Generic<iq::IQ2_XS>>(t, DType::IQ2_XS);
-  set<Generic<iq::IQ2_S>>(t, DType::IQ2_S);
+  set<FastIQ2_XS>(t, DType::IQ2_XS);
+  set<FastIQ2_S>(t, DType::IQ2_S);
   set<FastIQ3_XXS>(t, DType::IQ3_XXS);
-  set<Generic<iq::IQ3_S>>(t, DType::IQ3_S);
+  set<FastIQ3_S>(t, DType::IQ3_S);
   set<FastIQ1_S>(t, DType::IQ1_S);
-  set<Generic<iq::IQ1_M>>(t, DType::IQ1_M);
+  set<FastIQ1_M>(t, DType::IQ1_M);
   set<FastIQ4_XS>(t, DType::IQ4_XS);
   set<FastTQ1_0>(t, DType::TQ1_0);
   set<FastTQ2_0>(t, DType::TQ2_0);
