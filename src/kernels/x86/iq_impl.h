@@ -150,6 +150,11 @@ inline const GridCodes& grid_codes() {
   return *g;
 }
 
+// Four 8-byte grid points by plain loads.
+inline __m256i grid4x8(const uint64_t* grid, int i0, int i1, int i2, int i3) {
+  return _mm256_set_epi64x((long long)grid[i3], (long long)grid[i2], (long long)grid[i1], (long long)grid[i0]);
+}
+
 // ---- a decoded block in registers ---------------------------------------------
 // Unpacked holds one block: its 256 levels (biased as kLevelBias says) and its
 // 16 scales in reduction order. Every path computes a block's contribution
@@ -300,9 +305,6 @@ inline __m256i signed32(__m256i g, uint32_t s) {
   const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)s), shuf), bits), bits);
   return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
 }
-inline __m256i grid4x8(const uint64_t* grid, int i0, int i1, int i2, int i3) {
-  return _mm256_set_epi64x((long long)grid[i3], (long long)grid[i2], (long long)grid[i1], (long long)grid[i0]);
-}
 inline __m256i grid8x4(const uint32_t* grid, const int* i) {
   return _mm256_setr_epi32((int)grid[i[0]], (int)grid[i[1]], (int)grid[i[2]], (int)grid[i[3]], (int)grid[i[4]],
                            (int)grid[i[5]], (int)grid[i[6]], (int)grid[i[7]]);
@@ -402,15 +404,23 @@ struct FastIQ2_XXS {
     const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
     set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.25f)));
 #if defined(__AVX512BW__)
-    const __m512i codes = lookup_codes<256>(bk.gc->iq2xxs, _mm512_cvtepu8_epi16(idx));
-    SPOOL_UNROLL for (int k = 0; k < 4; ++k)
-      u.q[k] = signed64(expand_2bit(codes, k, bk.gc->lv_iq2xxs), load64(sg + 8 * k));
-#else
-    alignas(32) uint8_t ib[32];
-    _mm256_store_si256((__m256i*)ib, idx);
+    // Grid points by plain loads, indices read from the block (bytes 0-3 of
+    // each 8); loads beat both gathers and a permute lookup here.
+    const auto* raw = reinterpret_cast<const uint8_t*>(b.qs);
     const auto* grid = (const uint64_t*)bk.cb->iq2xxs;
-    SPOOL_UNROLL for (int k = 0; k < 8; ++k)
-      u.q[k] = signed32(grid4x8(grid, ib[4 * k], ib[4 * k + 1], ib[4 * k + 2], ib[4 * k + 3]), load32(sg + 4 * k));
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
+      const uint8_t* i = raw + 16 * k;
+      const __m512i g = _mm512_inserti64x4(_mm512_castsi256_si512(grid4x8(grid, i[0], i[1], i[2], i[3])),
+                                           grid4x8(grid, i[8], i[9], i[10], i[11]), 1);
+      u.q[k] = signed64(g, load64(sg + 8 * k));
+    }
+#else
+    const auto* raw = reinterpret_cast<const uint8_t*>(b.qs);
+    const auto* grid = (const uint64_t*)bk.cb->iq2xxs;
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+      const uint8_t* i = raw + 8 * k;
+      u.q[k] = signed32(grid4x8(grid, i[0], i[1], i[2], i[3]), load32(sg + 4 * k));
+    }
 #endif
   }
 };
@@ -550,26 +560,21 @@ struct FastIQ1_S {
     const __m256 l = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(h3, h3), _mm256_set1_epi32(1)));
     set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d) * 0.125f), l));
 #if defined(__AVX512BW__)
-    // index m = qs[m] | bits 3 (m % 4) .. of qh[m / 4] as bits 8-10
-    const __m512i qh = _mm512_permutexvar_epi16(
-        _mm512_srli_epi16(_mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008, 0x000b000a,
-                                            0x000d000c, 0x000f000e, 0x00110010, 0x00130012, 0x00150014, 0x00170016,
-                                            0x00190018, 0x001b001a, 0x001d001c, 0x001f001e), 2),
-        _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)b.qh)));
-    const __m512i hi = _mm512_slli_epi16(
-        _mm512_and_si512(_mm512_srlv_epi16(qh, _mm512_set1_epi64(0x0009000600030000)), _mm512_set1_epi16(7)), 8);
-    const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)b.qs)), hi);
-    // codes by 32-bit gathers of the 16-bit entries (2048 entries are too many to permute)
-    const __m512i c0 = _mm512_i32gather_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(idx)), bk.gc->iq1s, 2);
-    const __m512i c1 = _mm512_i32gather_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(idx, 1)), bk.gc->iq1s, 2);
-    const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(c0)), _mm512_cvtepi32_epi16(c1), 1);
-    const __m512i h8 = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i*)b.qh));
+    // Grid points by plain loads: 2048 entries are too many to permute, and a
+    // load per point beats gathering them.
+    const auto* grid = (const uint64_t*)bk.cb->iq1s;
+    const __m512i f8 = _mm512_set1_epi8((char)0xf8);
     SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
-      const __m512i h = _mm512_permutexvar_epi64(_mm512_setr_epi64(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1,
-                                                                   2 * k + 1, 2 * k + 1), h8);
-      const __mmask8 neg = _mm512_test_epi64_mask(h, _mm512_set1_epi64(0x8000));
+      __m256i p[2];
+      SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
+        const int h = b.qh[2 * k + j];
+        const uint8_t* q = b.qs + 8 * k + 4 * j;
+        p[j] = grid4x8(grid, q[0] | (h & 7) << 8, q[1] | ((h >> 3) & 7) << 8, q[2] | ((h >> 6) & 7) << 8,
+                       q[3] | ((h >> 9) & 7) << 8);
+      }
+      const __m512i g8 = _mm512_and_si512(_mm512_slli_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(p[0]), p[1], 1), 3), f8);
+      const __mmask8 neg = (__mmask8)((b.qh[2 * k] & 0x8000 ? 0x0f : 0) | (b.qh[2 * k + 1] & 0x8000 ? 0xf0 : 0));
       const __m512i delta = _mm512_mask_blend_epi64(neg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
-      const __m512i g8 = expand_2bit(codes, k, bk.gc->lv_iq1s8);
       u.q[k] = _mm512_xor_si512(_mm512_add_epi8(g8, delta), _mm512_set1_epi8((char)0x80));
     }
 #else
