@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -273,6 +274,17 @@ inline Acc block_dot(const Unpacked& u, const Act& a, Acc acc) {
   const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(t3, a.bias));
   return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), f, acc);
 }
+// The same for a block with one scale (all 16 equal, levels -1..1): the
+// sums need no reduction by sub-block.
+inline Acc block_dot_one(const Unpacked& u, const Act& a, Acc acc) {
+  const __m512i z = _mm512_setzero_si512();
+  __m512i s0 = _mm512_dpbusd_epi32(z, u.q[0], _mm512_loadu_si512(a.x));
+  __m512i s1 = _mm512_dpbusd_epi32(z, u.q[1], _mm512_loadu_si512(a.x + 64));
+  s0 = _mm512_dpbusd_epi32(s0, u.q[2], _mm512_loadu_si512(a.x + 128));
+  s1 = _mm512_dpbusd_epi32(s1, u.q[3], _mm512_loadu_si512(a.x + 192));
+  const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(s0, s1), a.bias));
+  return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), f, acc);
+}
 #else
 struct Unpacked {
   __m256i q[8];  // weights 32k .. 32k + 31
@@ -346,7 +358,34 @@ inline Acc block_dot(const Unpacked& u, const Act& a, Acc acc) {
   acc = _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], a.d), _mm256_cvtepi32_ps(h0), acc);
   return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(h1), acc);
 }
+// One scale, levels -1..1: the pair sums of maddubs (|.| <= 254) add up in
+// 16 bits.
+inline Acc block_dot_one(const Unpacked& u, const Act& a, Acc acc) {
+  __m256i s[8];
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
+    s[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k]));
+  }
+  const __m256i t = _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(s[0], s[1]), _mm256_add_epi16(s[2], s[3])),
+                                     _mm256_add_epi16(_mm256_add_epi16(s[4], s[5]), _mm256_add_epi16(s[6], s[7])));
+  const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(t, _mm256_set1_epi16(1)));
+  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], a.d), f, acc);
+}
 #endif
+
+// The block dot of format U.
+template <class U, class = void>
+struct OneScale : std::false_type {};
+template <class U>
+struct OneScale<U, std::void_t<decltype(U::kOneScale)>> : std::bool_constant<U::kOneScale> {};
+template <class U>
+SPOOL_IQ_INLINE Acc dot(const Unpacked& u, const Act& a, Acc acc) {
+  if constexpr (OneScale<U>::value) {
+    return block_dot_one(u, a, acc);
+  } else {
+    return block_dot(u, a, acc);
+  }
+}
 
 constexpr int kVecs = (int)(sizeof(Unpacked::q) / sizeof(Unpacked::q[0]));
 constexpr int kVecBytes = kQKK / kVecs;
@@ -702,40 +741,43 @@ struct FastTQ1_0 {
     return _mm256_sub_epi8(_mm256_sub_epi8(base, ge86), ge171);
   }
   static __m256i times3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
+  static __m128i times3(__m128i v) { return _mm_add_epi8(v, _mm_add_epi8(v, v)); }
+#if defined(__AVX512BW__)
+  static __m512i levels(__m512i v) {
+    const __m512i one = _mm512_set1_epi8(1);
+    const __m512i r = _mm512_mask_add_epi8(_mm512_set1_epi8(127), _mm512_cmpge_epu8_mask(v, _mm512_set1_epi8(86)),
+                                           _mm512_set1_epi8(127), one);
+    return _mm512_mask_add_epi8(r, _mm512_cmpge_epu8_mask(v, _mm512_set1_epi8((char)171)), r, one);
+  }
+  static __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+#endif
+  static constexpr bool kOneScale = true;
   static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b.d));
-    set_scales8(u, d);
+    set_scales8(u, _mm256_set1_ps(_cvtsh_ss(b.d)));
     // Weights 0-159: the five digits of qs[0..31]; 160-239: those of qs[32..47];
     // 240-255: the four digits of qh[0..3].
-    __m256i v = _mm256_loadu_si256((const __m256i*)b.qs);
-    __m256i d5[5];
-    SPOOL_UNROLL for (int n = 0; n < 5; ++n, v = times3(v)) d5[n] = levels(v);
-    // qs[32..47] as [x, 3x]: digits (0, 1), then (2, 3), then 4 in the low half.
-    const __m128i x = _mm_loadu_si128((const __m128i*)(b.qs + 32));
-    __m256i w = _mm256_set_m128i(_mm256_castsi256_si128(times3(_mm256_zextsi128_si256(x))), x);
-    const __m256i e01 = levels(w);
-    w = times3(times3(w));
-    const __m256i e23 = levels(w);
-    w = times3(times3(w));
-    const __m128i e4 = _mm256_castsi256_si128(levels(w));
+    const __m256i x1 = _mm256_loadu_si256((const __m256i*)b.qs), x3 = times3(x1), x9 = times3(x3), x27 = times3(x9),
+                  x81 = times3(x27);
+    const __m128i y1 = _mm_loadu_si128((const __m128i*)(b.qs + 32)), y3 = times3(y1), y9 = times3(y3),
+                  y27 = times3(y9), y81 = times3(y27);
     // qh's four bytes times 1, 3, 9, 27 in the four dwords: digits 0-3 in order.
     const __m128i h1 = _mm_set1_epi32((int)load32(b.qh));
-    const __m128i h3 = _mm_add_epi8(h1, _mm_add_epi8(h1, h1));
-    const __m128i h9 = _mm_add_epi8(h3, _mm_add_epi8(h3, h3));
-    const __m128i h27 = _mm_add_epi8(h9, _mm_add_epi8(h9, h9));
+    const __m128i h3 = times3(h1), h9 = times3(h3), h27 = times3(h9);
     const __m128i hv = _mm_blend_epi32(_mm_blend_epi32(h1, h3, 0x2), _mm_blend_epi32(h9, h27, 0x8), 0xc);
-    const __m128i eh = _mm256_castsi256_si128(levels(_mm256_zextsi128_si256(hv)));
-    const __m256i tail = _mm256_set_m128i(eh, e4);  // weights 224-255
 #if defined(__AVX512BW__)
-    u.q[0] = _mm512_inserti64x4(_mm512_castsi256_si512(d5[0]), d5[1], 1);
-    u.q[1] = _mm512_inserti64x4(_mm512_castsi256_si512(d5[2]), d5[3], 1);
-    u.q[2] = _mm512_inserti64x4(_mm512_castsi256_si512(d5[4]), e01, 1);
-    u.q[3] = _mm512_inserti64x4(_mm512_castsi256_si512(e23), tail, 1);
+    u.q[0] = levels(join(x1, x3));
+    u.q[1] = levels(join(x9, x27));
+    u.q[2] = levels(join(x81, _mm256_set_m128i(y3, y1)));
+    u.q[3] = levels(join(_mm256_set_m128i(y27, y9), _mm256_set_m128i(hv, y81)));
 #else
-    SPOOL_UNROLL for (int n = 0; n < 5; ++n) u.q[n] = d5[n];
-    u.q[5] = e01;
-    u.q[6] = e23;
-    u.q[7] = tail;
+    u.q[0] = levels(x1);
+    u.q[1] = levels(x3);
+    u.q[2] = levels(x9);
+    u.q[3] = levels(x27);
+    u.q[4] = levels(x81);
+    u.q[5] = levels(_mm256_set_m128i(y3, y1));
+    u.q[6] = levels(_mm256_set_m128i(y27, y9));
+    u.q[7] = levels(_mm256_set_m128i(hv, y81));
 #endif
   }
 };
@@ -743,6 +785,7 @@ struct FastTQ1_0 {
 // TQ2_0: 2-bit fields q + 1, four per byte.
 struct FastTQ2_0 {
   using Block = BlockTQ2_0;
+  static constexpr bool kOneScale = true;
   static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
     set_scales8(u, _mm256_set1_ps(_cvtsh_ss(b.d)));
 #if defined(__AVX512BW__)
@@ -791,7 +834,7 @@ void gemm_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const uint8_t*
     for (int64_t i = 0; i < nb; ++i) {
       Unpacked u;
       decode_block<U>(cb, b + i, u);
-      SPOOL_UNROLL for (int t = 0; t < C; ++t) acc[t] = block_dot(u, act(at[t][i]), acc[t]);
+      SPOOL_UNROLL for (int t = 0; t < C; ++t) acc[t] = dot<U>(u, act(at[t][i]), acc[t]);
     }
     SPOOL_UNROLL for (int t = 0; t < C; ++t) c[t * ldc + r] = hsum(acc[t]);
   }
@@ -807,7 +850,7 @@ struct RowScratch {
   std::vector<float> sc;
 };
 
-template <int R>
+template <class U, int R>
 void dot_rows(int64_t nb, const RowScratch& s, int64_t n, const BlockQ8_K* at, float* c) {
   Acc acc[R];
   SPOOL_UNROLL for (int r = 0; r < R; ++r) acc[r] = acc_zero();
@@ -816,7 +859,7 @@ void dot_rows(int64_t nb, const RowScratch& s, int64_t n, const BlockQ8_K* at, f
     SPOOL_UNROLL for (int r = 0; r < R; ++r) {
       Unpacked u;
       load(u, s.lv.data() + r * n + kQKK * i, s.sc.data() + (r * nb + i) * kSubs);
-      acc[r] = block_dot(u, x, acc[r]);
+      acc[r] = dot<U>(u, x, acc[r]);
     }
   }
   SPOOL_UNROLL for (int r = 0; r < R; ++r) c[r] = hsum(acc[r]);
@@ -844,10 +887,10 @@ void gemm_scratch(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t*
       const auto* at = reinterpret_cast<const BlockQ8_K*>(a + t * as);
       float* ct = c + t * ldc + r0;
       switch (rr) {
-        case 4: dot_rows<4>(nb, s, n, at, ct); break;
-        case 3: dot_rows<3>(nb, s, n, at, ct); break;
-        case 2: dot_rows<2>(nb, s, n, at, ct); break;
-        default: dot_rows<1>(nb, s, n, at, ct); break;
+        case 4: dot_rows<U, 4>(nb, s, n, at, ct); break;
+        case 3: dot_rows<U, 3>(nb, s, n, at, ct); break;
+        case 2: dot_rows<U, 2>(nb, s, n, at, ct); break;
+        default: dot_rows<U, 1>(nb, s, n, at, ct); break;
       }
     }
   }
