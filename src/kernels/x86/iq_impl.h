@@ -157,7 +157,8 @@ inline __m256i grid4x8(const uint64_t* grid, int i0, int i1, int i2, int i3) {
 }
 
 // ---- a decoded block in registers ---------------------------------------------
-// Unpacked holds one block: its 256 levels (biased as kLevelBias says) and its
+// Unpacked holds one block: its 256 levels (biased as kLevelBias says; on AVX-512
+// the one-scale ternary formats store q + 1, see block_dot_one) and its
 // 16 scales in reduction order. Every path computes a block's contribution
 // with block_dot() on an Unpacked, whether it was decoded just now (decode,
 // small tiles) or loaded back from the scratch (prefill), so the arithmetic
@@ -252,12 +253,13 @@ inline float hsum(Acc acc) { return _mm512_reduce_add_ps(acc); }
 // The activation side of a Q8_K block, shared by every weight row dotted with it.
 struct Act {
   const int8_t* x;
+  const int16_t* bsums;
   __m512i bias;  // the +128 bias of the levels times each sum of 16 activations
   __m512 d;
 };
 inline Act act(const BlockQ8_K& a) {
   const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)a.bsums));
-  return {a.qs, _mm512_slli_epi32(_mm512_permutexvar_epi32(_mm512_loadu_si512(kScaleOrder), bs), 7), _mm512_set1_ps(a.d)};
+  return {a.qs, a.bsums, _mm512_slli_epi32(_mm512_permutexvar_epi32(_mm512_loadu_si512(kScaleOrder), bs), 7), _mm512_set1_ps(a.d)};
 }
 
 // acc + this block's sixteen scaled sums of 16 products with activation block a.
@@ -282,7 +284,10 @@ inline Acc block_dot_one(const Unpacked& u, const Act& a, Acc acc) {
   __m512i s1 = _mm512_dpbusd_epi32(z, u.q[1], _mm512_loadu_si512(a.x + 64));
   s0 = _mm512_dpbusd_epi32(s0, u.q[2], _mm512_loadu_si512(a.x + 128));
   s1 = _mm512_dpbusd_epi32(s1, u.q[3], _mm512_loadu_si512(a.x + 192));
-  const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(s0, s1), a.bias));
+  // The levels of these formats are stored as q + 1 (not q + 128): the lanes
+  // mix sub-blocks, and a small bias keeps each lane's float exact and small.
+  const __m512i bsum = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i*)a.bsums));
+  const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(s0, s1), bsum));
   return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), f, acc);
 }
 #else
@@ -745,8 +750,8 @@ struct FastTQ1_0 {
 #if defined(__AVX512BW__)
   static __m512i levels(__m512i v) {
     const __m512i one = _mm512_set1_epi8(1);
-    const __m512i r = _mm512_mask_add_epi8(_mm512_set1_epi8(127), _mm512_cmpge_epu8_mask(v, _mm512_set1_epi8(86)),
-                                           _mm512_set1_epi8(127), one);
+    // the digit itself: q + 1 (see block_dot_one)
+    const __m512i r = _mm512_maskz_mov_epi8(_mm512_cmpge_epu8_mask(v, _mm512_set1_epi8(86)), one);
     return _mm512_mask_add_epi8(r, _mm512_cmpge_epu8_mask(v, _mm512_set1_epi8((char)171)), r, one);
   }
   static __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
@@ -789,13 +794,13 @@ struct FastTQ2_0 {
   static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
     set_scales8(u, _mm256_set1_ps(_cvtsh_ss(b.d)));
 #if defined(__AVX512BW__)
-    const __m512i three = _mm512_set1_epi8(3), base = _mm512_set1_epi8((char)(0xff ^ kLevelBias));  // -1 biased
+    const __m512i three = _mm512_set1_epi8(3);  // fields are q + 1, as block_dot_one takes them
     SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
       // weights 64k ..: fields 2 (k % 2) and 2 (k % 2) + 1 of bytes 32 (k / 2) ..
       const __m512i x = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qs + 32 * (k / 2))));
       const int s0 = 4 * (k % 2);
       const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)s0), _mm256_set1_epi16((short)(s0 + 2)), 1);
-      u.q[k] = _mm512_add_epi8(base, _mm512_and_si512(_mm512_srlv_epi16(x, sh), three));
+      u.q[k] = _mm512_and_si512(_mm512_srlv_epi16(x, sh), three);
     }
 #else
     const __m256i three = _mm256_set1_epi8(3), base = _mm256_set1_epi8(-1);
