@@ -157,8 +157,8 @@ inline __m256i grid4x8(const uint64_t* grid, int i0, int i1, int i2, int i3) {
 }
 
 // ---- a decoded block in registers ---------------------------------------------
-// Unpacked holds one block: its 256 levels (biased as kLevelBias says; on AVX-512
-// the one-scale ternary formats store q + 1, see block_dot_one) and its
+// Unpacked holds one block: its 256 levels (biased as kLevelBias says; the
+// one-scale ternary formats store q + 1, see block_dot_one) and its
 // 16 scales in reduction order. Every path computes a block's contribution
 // with block_dot() on an Unpacked, whether it was decoded just now (decode,
 // small tiles) or loaded back from the scratch (prefill), so the arithmetic
@@ -347,9 +347,10 @@ inline float hsum(Acc acc) {
 
 struct Act {
   const int8_t* x;
+  const int16_t* bsums;
   __m256 d;
 };
-inline Act act(const BlockQ8_K& a) { return {a.qs, _mm256_set1_ps(a.d)}; }
+inline Act act(const BlockQ8_K& a) { return {a.qs, a.bsums, _mm256_set1_ps(a.d)}; }
 
 inline Acc block_dot(const Unpacked& u, const Act& a, Acc acc) {
   const __m256i ones = _mm256_set1_epi16(1);
@@ -363,17 +364,18 @@ inline Acc block_dot(const Unpacked& u, const Act& a, Acc acc) {
   acc = _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], a.d), _mm256_cvtepi32_ps(h0), acc);
   return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(h1), acc);
 }
-// One scale, levels -1..1: the pair sums of maddubs (|.| <= 254) add up in
-// 16 bits.
+// One scale, levels stored as q + 1 in 0..3 (unsigned): maddubs takes them as
+// they are, its pair sums (|.| <= 762) add up in 16 bits, and the + 1 is taken
+// off with the activations' sum.
 inline Acc block_dot_one(const Unpacked& u, const Act& a, Acc acc) {
   __m256i s[8];
-  SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
-    const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
-    s[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k]));
-  }
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k)
+    s[k] = _mm256_maddubs_epi16(u.q[k], _mm256_loadu_si256((const __m256i*)(a.x + 32 * k)));
   const __m256i t = _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(s[0], s[1]), _mm256_add_epi16(s[2], s[3])),
                                      _mm256_add_epi16(_mm256_add_epi16(s[4], s[5]), _mm256_add_epi16(s[6], s[7])));
-  const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(t, _mm256_set1_epi16(1)));
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i bsum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)a.bsums), ones);
+  const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_madd_epi16(t, ones), bsum));
   return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], a.d), f, acc);
 }
 #endif
@@ -739,11 +741,13 @@ struct FastIQ4_XS {
 struct FastTQ1_0 {
   using Block = BlockTQ1_0;
   // 127 + digit of each byte of v (q + 128 for q = digit - 1), by two compares.
+  // The digit of each byte of v (q + 1, as block_dot_one takes the levels),
+  // by two signed compares.
   static __m256i levels(__m256i v) {
-    const __m256i ge86 = _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8(86)), v);
-    const __m256i ge171 = _mm256_cmpeq_epi8(_mm256_max_epu8(v, _mm256_set1_epi8((char)171)), v);
-    const __m256i base = _mm256_set1_epi8((char)(127 ^ (0x80 ^ kLevelBias)));  // 127 biased, or -1 signed
-    return _mm256_sub_epi8(_mm256_sub_epi8(base, ge86), ge171);
+    const __m256i t = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+    const __m256i ge86 = _mm256_cmpgt_epi8(t, _mm256_set1_epi8((char)(85 ^ 0x80)));
+    const __m256i ge171 = _mm256_cmpgt_epi8(t, _mm256_set1_epi8((char)(170 ^ 0x80)));
+    return _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), ge86), ge171);
   }
   static __m256i times3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
   static __m128i times3(__m128i v) { return _mm_add_epi8(v, _mm_add_epi8(v, v)); }
@@ -803,11 +807,11 @@ struct FastTQ2_0 {
       u.q[k] = _mm512_and_si512(_mm512_srlv_epi16(x, sh), three);
     }
 #else
-    const __m256i three = _mm256_set1_epi8(3), base = _mm256_set1_epi8(-1);
+    const __m256i three = _mm256_set1_epi8(3);
     SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
       const __m256i x = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * j));
       SPOOL_UNROLL for (int l = 0; l < 4; ++l)
-        u.q[4 * j + l] = _mm256_add_epi8(base, _mm256_and_si256(_mm256_srli_epi16(x, 2 * l), three));
+        u.q[4 * j + l] = _mm256_and_si256(_mm256_srli_epi16(x, 2 * l), three);
     }
 #endif
   }
