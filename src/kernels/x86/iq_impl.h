@@ -101,21 +101,20 @@ inline uint32_t load32(const uint8_t* p) {
 }
 
 // ---- grid points as codes ---------------------------------------------------
-// A grid's bytes take at most 4 distinct levels (IQ2 grids, IQ1's -1/0/1) or 8
-// (IQ3 grids), so a point fits 16 bits: 2 or 3 bits per weight, first weight
-// lowest. The AVX-512 kernels look these codes up with word permutes (a
-// 256-entry table is eight registers) and turn them into levels with a byte
-// shuffle, where gathering 8-byte points costs a cycle or more per point.
+// A grid's bytes take at most 4 distinct levels (IQ2 grids) or 8 (IQ3 grids),
+// so a point fits 16 bits: 2 or 3 bits per weight, first weight lowest. The
+// AVX-512 kernels of IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S look these codes up with
+// word permutes (256 entries are eight registers) and turn them into levels
+// with a byte shuffle; on Zen 5 that beats gathering 8-byte points (a cycle or
+// more per point). IQ2_XXS and IQ1_S/M load their points one by one instead,
+// which measured faster for them (IQ1's 2048-entry grid is too big to permute).
 struct GridCodes {
-  alignas(64) uint16_t iq2xxs[256];
   alignas(64) uint16_t iq2xs[512];
   alignas(64) uint16_t iq2s[1024];
   alignas(64) uint16_t iq3xxs[256];
   alignas(64) uint16_t iq3s[512];
-  alignas(64) uint16_t iq1s[2048 + 2];  // (32-bit gathers read two bytes past an entry)
   // Level of each field value, for a byte shuffle (16 entries, repeated).
-  alignas(16) int8_t lv_iq2xxs[16], lv_iq2xs[16], lv_iq2s[16], lv_iq3xxs[16], lv_iq3s[16], lv_iq1s[16];
-  alignas(16) int8_t lv_iq1s8[16];  // 8 * lv_iq1s: IQ1 levels before the shift
+  alignas(16) int8_t lv_iq2xs[16], lv_iq2s[16], lv_iq3xxs[16], lv_iq3s[16];
 };
 
 template <size_t N, size_t W, class T>
@@ -139,13 +138,10 @@ inline const GridCodes& grid_codes() {
   static const GridCodes* g = [] {
     const IqCodebooks& cb = iq_codebooks();
     auto* c = new GridCodes{};
-    encode_grid(cb.iq2xxs, c->iq2xxs, c->lv_iq2xxs, 2);
     encode_grid(cb.iq2xs, c->iq2xs, c->lv_iq2xs, 2);
     encode_grid(cb.iq2s, c->iq2s, c->lv_iq2s, 2);
     encode_grid(cb.iq3xxs, c->iq3xxs, c->lv_iq3xxs, 3);
     encode_grid(cb.iq3s, c->iq3s, c->lv_iq3s, 3);
-    encode_grid(cb.iq1s, c->iq1s, c->lv_iq1s, 2);
-    for (int k = 0; k < 16; ++k) c->lv_iq1s8[k] = (int8_t)(8 * c->lv_iq1s[k]);
     return c;
   }();
   return *g;
@@ -675,12 +671,17 @@ struct FastIQ1_M {
     const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)b.qs)),
                                         _mm512_slli_epi16(_mm512_and_si512(nib, _mm512_set1_epi16(7)), 8));
     const __mmask32 neg = _mm512_test_epi16_mask(nib, _mm512_set1_epi16(8));
-    const __m512i c0 = _mm512_i32gather_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(idx)), bk.gc->iq1s, 2);
-    const __m512i c1 = _mm512_i32gather_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(idx, 1)), bk.gc->iq1s, 2);
-    const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(c0)), _mm512_cvtepi32_epi16(c1), 1);
+    // grid points by plain loads (2048 entries: too many to permute; loads beat gathers)
+    alignas(64) uint16_t ib[32];
+    _mm512_store_si512(ib, idx);
+    const auto* grid = (const uint64_t*)bk.cb->iq1s;
+    const __m512i f8 = _mm512_set1_epi8((char)0xf8);
     SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
+      const uint16_t* i = ib + 8 * k;
+      const __m512i p = _mm512_inserti64x4(_mm512_castsi256_si512(grid4x8(grid, i[0], i[1], i[2], i[3])),
+                                           grid4x8(grid, i[4], i[5], i[6], i[7]), 1);
+      const __m512i g8 = _mm512_and_si512(_mm512_slli_epi16(p, 3), f8);
       const __m512i delta = _mm512_mask_blend_epi64((__mmask8)(neg >> (8 * k)), _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
-      const __m512i g8 = expand_2bit(codes, k, bk.gc->lv_iq1s8);
       u.q[k] = _mm512_xor_si512(_mm512_add_epi8(g8, delta), _mm512_set1_epi8((char)0x80));
     }
 #else
