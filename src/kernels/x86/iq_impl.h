@@ -657,31 +657,25 @@ struct FastIQ1_M {
     }
 #if defined(__AVX512BW__)
     set_scales16(u, _mm512_insertf32x8(_mm512_castps256_ps512(s[0]), s[1], 1));
-    // nibble m = qh[m / 2] >> 4 (m % 2): 3 index bits, then the shift's sign
-    const __m512i nib = _mm512_and_si512(
-        _mm512_srlv_epi16(_mm512_permutexvar_epi16(
-                              _mm512_srli_epi16(_mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006,
-                                                                  0x00090008, 0x000b000a, 0x000d000c, 0x000f000e,
-                                                                  0x00110010, 0x00130012, 0x00150014, 0x00170016,
-                                                                  0x00190018, 0x001b001a, 0x001d001c, 0x001f001e),
-                                                1),
-                              _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i*)b.qh)))),
-                          _mm512_set1_epi32(0x00040000)),
-        _mm512_set1_epi16(0xf));
-    const __m512i idx = _mm512_or_si512(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)b.qs)),
-                                        _mm512_slli_epi16(_mm512_and_si512(nib, _mm512_set1_epi16(7)), 8));
-    const __mmask32 neg = _mm512_test_epi16_mask(nib, _mm512_set1_epi16(8));
-    // grid points by plain loads (2048 entries: too many to permute; loads beat gathers)
-    alignas(64) uint16_t ib[32];
-    _mm512_store_si512(ib, idx);
+    // Grid points by plain loads, indices assembled in scalar registers (2048
+    // entries are too many to permute; loads beat gathers, and a vector of
+    // indices stored and read back stalls on store forwarding).
     const auto* grid = (const uint64_t*)bk.cb->iq1s;
     const __m512i f8 = _mm512_set1_epi8((char)0xf8);
     SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
-      const uint16_t* i = ib + 8 * k;
-      const __m512i p = _mm512_inserti64x4(_mm512_castsi256_si512(grid4x8(grid, i[0], i[1], i[2], i[3])),
-                                           grid4x8(grid, i[4], i[5], i[6], i[7]), 1);
-      const __m512i g8 = _mm512_and_si512(_mm512_slli_epi16(p, 3), f8);
-      const __m512i delta = _mm512_mask_blend_epi64((__mmask8)(neg >> (8 * k)), _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
+      __m256i p[2];
+      __mmask8 neg = 0;
+      SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
+        const int g = 2 * k + j;
+        const uint8_t* q = b.qs + 4 * g;
+        const int h0 = b.qh[2 * g], h1 = b.qh[2 * g + 1];
+        const int n[4] = {h0 & 0xf, h0 >> 4, h1 & 0xf, h1 >> 4};  // 3 index bits, then the shift's sign
+        p[j] = grid4x8(grid, q[0] | (n[0] & 7) << 8, q[1] | (n[1] & 7) << 8, q[2] | (n[2] & 7) << 8,
+                       q[3] | (n[3] & 7) << 8);
+        neg |= (__mmask8)(((n[0] >> 3) | (n[1] >> 3) << 1 | (n[2] >> 3) << 2 | (n[3] >> 3) << 3) << (4 * j));
+      }
+      const __m512i g8 = _mm512_and_si512(_mm512_slli_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(p[0]), p[1], 1), 3), f8);
+      const __m512i delta = _mm512_mask_blend_epi64(neg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
       u.q[k] = _mm512_xor_si512(_mm512_add_epi8(g8, delta), _mm512_set1_epi8((char)0x80));
     }
 #else
