@@ -3,12 +3,13 @@
 // the other *_impl.h (x86/iq_avx2.cpp, x86/iq_avx512.cpp).
 //
 // These formats cost most in decoding a block (grid lookups, sign patterns),
-// little in the dot product itself. So a matmul decodes each weight row once
-// into int8 levels plus 16 float scales per 256 weights (one per 16 weights),
-// in a per-thread scratch that stays in L1, and then dots that row with every
-// activation row of the tile as a plain int8 product: prefill pays the decode
-// once per row instead of once per (row, token). Decode (one token) runs the
-// same two steps, so a token's result is the same whatever it is batched with.
+// little in the dot product itself. Each format's unpack() decodes a block of
+// 256 weights into registers (Unpacked: int8 levels and 16 float scales, one
+// per 16 weights). Tiles of 1-4 activation rows (decode) dot each block
+// straight from registers; larger tiles (prefill) decode 4 weight rows once
+// into a per-thread scratch that stays in L1 and dot them with every activation
+// row. Both end in the same block dot, so a token's result is the same
+// whatever it is batched with.
 //
 // Per instruction set:
 // - AVX-512 VNNI: levels are stored biased (q + 128, as u8) for vpdpbusd; the
@@ -31,7 +32,6 @@
 #include "core/quant_blocks.h"
 #include "kernels/iq_codebooks.h"
 #include "kernels/kernels.h"
-#include "kernels/ref/iq_unpack.h"
 
 #ifndef SPOOL_X86_ISA
 #error "define SPOOL_X86_ISA (avx2 or avx512) before including x86/iq_impl.h"
@@ -79,14 +79,19 @@ inline __m256i sign_bytes_7bit(__m256i m) {
   return _mm256_or_si256(f, _mm256_slli_epi32(_mm256_and_si256(p, _mm256_set1_epi32(0x01010101)), 7));
 }
 
-// 64 bytes laid out as (4 index bytes, 4 meta bytes) x 8 (IQ2_XXS): the 8
-// index words and the 8 meta words.
-inline void split_words(const void* qs, __m256i* idx, __m256i* meta) {
+// The 8 meta words of an IQ2_XXS block, whose 64 bytes are laid out as
+// (4 index bytes, 4 meta bytes) x 8.
+inline __m256i meta_words(const void* qs) {
   const __m256i perm = _mm256_setr_epi32(1, 3, 5, 7, 0, 2, 4, 6);
   const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)qs), perm);
   const __m256i hi = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)((const uint8_t*)qs + 32)), perm);
-  *meta = _mm256_permute2x128_si256(lo, hi, 0x20);
-  *idx = _mm256_permute2x128_si256(lo, hi, 0x31);
+  return _mm256_permute2x128_si256(lo, hi, 0x20);
+}
+
+// The eight 4-bit fields of a 32-bit word, lowest first.
+inline __m256i nibbles8(uint32_t w) {
+  return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                          _mm256_set1_epi32(0xf));
 }
 
 inline uint64_t load64(const uint8_t* p) {
@@ -170,10 +175,6 @@ inline void set_scales8(Unpacked& u, __m256 s) {
   const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7);
   u.sc = _mm512_permutexvar_ps(idx, _mm512_zextps256_ps512(s));
 }
-// Sixteen scales, one per 16 weights in natural order.
-inline void set_scales16(Unpacked& u, const float* s) {
-  u.sc = _mm512_permutexvar_ps(_mm512_loadu_si512(kScaleOrder), _mm512_loadu_ps(s));
-}
 inline void store(const Unpacked& u, uint8_t* lv, float* sc) {
   SPOOL_UNROLL for (int k = 0; k < 4; ++k) _mm512_storeu_si512(lv + 64 * k, u.q[k]);
   _mm512_storeu_ps(sc, u.sc);
@@ -188,14 +189,13 @@ inline __m512i signed64(__m512i g, uint64_t s) {
   const __m512i q = _mm512_mask_sub_epi8(g, _cvtu64_mask64(s), _mm512_setzero_si512(), g);
   return _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
 }
-// Eight grid points of 8 bytes, indices as 8 int64.
-inline __m512i gather8x8(const void* grid, __m512i idx) { return _mm512_i64gather_epi64(idx, grid, 8); }
 
 // Sixteen scales as 8 low-nibble ones (sub-blocks 0, 2, .., 14) and 8 high.
 inline void set_scales_lohi(Unpacked& u, __m256 lo, __m256 hi) {
   const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   u.sc = _mm512_permutexvar_ps(idx, _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
 }
+// Sixteen scales, one per 16 weights in natural order.
 inline void set_scales16(Unpacked& u, __m512 s) { u.sc = _mm512_permutexvar_ps(_mm512_loadu_si512(kScaleOrder), s); }
 
 // Codes of the 32 grid indices in the words of idx, from a table of N entries:
@@ -295,11 +295,6 @@ inline void set_scales8(Unpacked& u, __m256 s) {
   u.sc[0] = _mm256_permute2f128_ps(s, s, 0x00);  // groups 0-3 twice
   u.sc[1] = _mm256_permute2f128_ps(s, s, 0x11);  // groups 4-7 twice
 }
-inline void set_scales16(Unpacked& u, const float* s) {
-  const __m256i idx = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  u.sc[0] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(s), idx);
-  u.sc[1] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(s + 8), idx);
-}
 inline void store(const Unpacked& u, uint8_t* lv, float* sc) {
   SPOOL_UNROLL for (int k = 0; k < 8; ++k) _mm256_storeu_si256((__m256i*)(lv + 32 * k), u.q[k]);
   _mm256_storeu_ps(sc, u.sc[0]);
@@ -390,39 +385,13 @@ SPOOL_IQ_INLINE Acc dot(const Unpacked& u, const Act& a, Acc acc) {
   }
 }
 
-constexpr int kVecs = (int)(sizeof(Unpacked::q) / sizeof(Unpacked::q[0]));
-constexpr int kVecBytes = kQKK / kVecs;
-
 // ---- the formats -------------------------------------------------------------
 // The tables an unpack may read.
 struct Books {
   const IqCodebooks* cb;
   const GridCodes* gc;
 };
-// Each unpack(codebooks, block, u) decodes one block into u.
-
-// Any format through its scalar unpack (ref/iq_unpack.h).
-template <class F>
-struct Generic {
-  using Block = typename F::Block;
-  static_assert(F::kGroup == 16 || F::kGroup == 32);
-  static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
-    alignas(64) int8_t q[kQKK];
-    alignas(64) float s[kQKK / 16];
-    F::unpack(b, q, s);
-#if defined(__AVX512BW__)
-    SPOOL_UNROLL for (int k = 0; k < kVecs; ++k)
-      u.q[k] = _mm512_xor_si512(_mm512_load_si512(q + 64 * k), _mm512_set1_epi8((char)kLevelBias));
-#else
-    SPOOL_UNROLL for (int k = 0; k < kVecs; ++k) u.q[k] = _mm256_load_si256((const __m256i*)(q + 32 * k));
-#endif
-    if (F::kGroup == 32) {
-      set_scales8(u, _mm256_load_ps(s));
-    } else {
-      set_scales16(u, s);
-    }
-  }
-};
+// Each unpack(books, block, u) decodes one block into u.
 
 // The scales of the IQ2 types with 4-bit scales per 16 (IQ2_XS, IQ2_S):
 // d * (l + 1/2) / 4, low nibbles and high nibbles of 8 bytes.
@@ -439,8 +408,7 @@ SPOOL_IQ_INLINE void iq2_scales16(Unpacked& u, uint16_t d16, const uint8_t* scal
 struct FastIQ2_XXS {
   using Block = BlockIQ2_XXS;
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
-    __m256i idx, meta;
-    split_words(b.qs, &idx, &meta);
+    const __m256i meta = meta_words(b.qs);
     alignas(32) uint8_t sg[32];
     _mm256_store_si256((__m256i*)sg, sign_bytes_7bit(meta));
     const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
@@ -564,9 +532,7 @@ struct FastIQ3_XXS {
 struct FastIQ3_S {
   using Block = BlockIQ3_S;
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
-    const __m256i l = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32((int)load32(b.scales)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-        _mm256_set1_epi32(0xf));
+    const __m256i l = nibbles8(load32(b.scales));
     const __m256 l21 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(l, l), _mm256_set1_epi32(1)));
     set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l21));
 #if defined(__AVX512BW__)
@@ -702,9 +668,7 @@ struct FastIQ4_XS {
   using Block = BlockIQ4_XS;
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     // 6-bit scale g: nibble g of scales_l, bits 2g..2g+1 of scales_h on top, minus 32
-    const __m256i lo = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32((int)load32(b.scales_l)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-        _mm256_set1_epi32(0xf));
+    const __m256i lo = nibbles8(load32(b.scales_l));
     const __m256i hi = _mm256_and_si256(
         _mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
         _mm256_set1_epi32(3));
