@@ -9,8 +9,10 @@
 #include <cpuid.h>
 #endif
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -287,6 +289,38 @@ TEST(Kernels, GemmTileMatchesVecDot) {
       }
     }
   }
+}
+
+// Instruction-count probe of one table's gemm_tile (run under a qemu
+// instruction counter; the difference of two runs with different
+// SPOOL_PROBE_REPS is the cost of the extra calls): SPOOL_PROBE_TYPE (IQ2_XXS),
+// SPOOL_PROBE_ISA (the best table; "scalar": the reference vec_dot under the
+// generic tile, what a SIMD table without a kernel for the type runs),
+// SPOOL_PROBE_ROWS (256) x SPOOL_PROBE_COLS (4096) weights of random bytes
+// against SPOOL_PROBE_TOKENS (1) activation rows.
+TEST(Kernels, DISABLED_GemmTileInstructionCountProbe) {
+  auto env = [](const char* name, const char* dflt) {
+    const char* v = std::getenv(name);
+    return std::string(v && *v ? v : dflt);
+  };
+  const int reps = std::atoi(env("SPOOL_PROBE_REPS", "1").c_str());
+  const int nr = std::atoi(env("SPOOL_PROBE_ROWS", "256").c_str()), nc = std::atoi(env("SPOOL_PROBE_TOKENS", "1").c_str());
+  const int64_t n = std::atoi(env("SPOOL_PROBE_COLS", "4096").c_str());
+  DType t = DType::IQ2_XXS;
+  for (DType u : every_type())
+    if (env("SPOOL_PROBE_TYPE", "IQ2_XXS") == dtype_name(u)) t = u;
+  const KernelTable& k = env("SPOOL_PROBE_ISA", "best") == "scalar" ? ref() : kernels();
+  const DType at = dtype_traits(t).vec_dot_type;
+  const size_t ws = row_bytes(t, n), as = row_bytes(at, n);
+  std::vector<uint8_t> w(ws * nr), a(as * nc);
+  std::mt19937 rng(5);
+  for (auto& b : w) b = (uint8_t)rng();
+  const auto xf = random_floats(n * nc, 2);
+  for (int j = 0; j < nc; ++j) ref()[at].quantize(xf.data() + j * n, a.data() + j * as, n);
+  std::vector<float> out((size_t)nr * nc);
+  for (int i = 0; i < reps; ++i) k[t].gemm_tile(n, w.data(), ws, nr, a.data(), as, nc, out.data(), nr);
+  std::printf("probe: %s %s %d calls of %d rows x %lld x %d tokens\n", isa_name(k.isa), dtype_name(t), reps, nr,
+              (long long)n, nc);
 }
 
 // ---- fp16.h against the hardware --------------------------------------------

@@ -16,6 +16,8 @@ namespace spool::detail {
 void fill_neon_float_kernels(KernelTable& t);   // neon/float.cpp
 void fill_neon_legacy_kernels(KernelTable& t);  // neon/legacy.cpp
 void fill_neon_kquant_kernels(KernelTable& t);  // neon/kquant.cpp
+void fill_neon_iq_kernels(KernelTable& t);      // neon/iq.cpp: the low-bit types against Q8_K
+void fill_neon_iq_q8_0_kernels(KernelTable& t); // neon/iq_q8_0.cpp: IQ4_NL, Q1_0, Q2_0
 
 // The NEON table's Q8 quantizers (neon/table.cpp): its entries for Q8_0,
 // Q8_1 and Q8_K, and what the packed kernels convert activations with,

@@ -1,6 +1,6 @@
 // The NEON kernel table (ARMv8.2 with dotprod and fp16): the Q8 quantizers
 // (Q8_0, Q8_1, Q8_K; neon::quantize_q8_*, common.h) live here; float, legacy
-// and K-quant kernels in neon/{float,legacy,kquant}.cpp, the packed ones in
+// K-quant and low-bit kernels in neon/{float,legacy,kquant,iq,iq_q8_0}.cpp, the packed ones in
 // neon/packed_*.cpp. Rounding is round-to-nearest-even (fcvtns), as the
 // reference's nearbyint / lrintf.
 #include <cmath>
@@ -135,6 +135,8 @@ void fill_neon_kernels(KernelTable& t) {
   fill_neon_float_kernels(t);
   fill_neon_legacy_kernels(t);
   fill_neon_kquant_kernels(t);
+  fill_neon_iq_kernels(t);
+  fill_neon_iq_q8_0_kernels(t);
   fill_rows_neon_kernels(t);  // attention's float row kernels
   // The Q8 quantizers, which the packed kernels also call by name.
   t.types[(uint32_t)DType::Q8_0].quantize = neon::quantize_q8_0;
