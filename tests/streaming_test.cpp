@@ -204,6 +204,14 @@ TEST(Streaming, CliMemBudgetWritesStatsJson) {
     EXPECT_TRUE(j["total"].contains(k)) << k;
   EXPECT_GT(j["total"]["bytes_read"].get<uint64_t>(), 0u);
   EXPECT_GT(j["total"]["peak_rss_bytes"].get<uint64_t>(), 0u);
+  // Each step's reads hold its units' tensor bytes, plus at most the alignment padding.
+  for (const auto& step : j["per_token"]) {
+    const uint64_t read = step["bytes_read"].get<uint64_t>(), payload = step["payload_bytes"].get<uint64_t>();
+    EXPECT_LE(payload, read);
+    EXPECT_EQ(payload == 0, read == 0);
+  }
+  EXPECT_LE(j["total"]["decode_payload_bytes_per_token"].get<double>(),
+            j["total"]["decode_bytes_per_token"].get<double>());
   EXPECT_EQ(j["per_token"].size(), 1u + j["generated_tokens"].get<size_t>());  // the prompt step + each decode step
   EXPECT_TRUE(j["per_layer"].is_array());
   EXPECT_FALSE(j["per_layer"].empty());

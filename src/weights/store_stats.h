@@ -22,6 +22,7 @@ struct LayerCacheStats {
 
 struct StoreStats {
   uint64_t bytes_read = 0;       // bytes this store asked storage for (resident load included)
+  uint64_t payload_bytes = 0;    // of those, the tensors' own bytes (bytes_read less alignment padding)
   uint64_t requests = 0;         // Storage::read calls (one per unit) and unaligned tail reads
   uint64_t load_bytes = 0;       // of bytes_read, read at load for the resident set
   uint64_t io_wait_ns = 0;       // time compute threads were blocked in acquire() for a read

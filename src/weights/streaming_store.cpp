@@ -696,7 +696,7 @@ class StreamingStoreImpl final : public StreamingStore {
   void read_unit(const Unit& u, uint8_t* buf) {
     std::vector<std::vector<ReadRequest>> per_file(storage_.size());
     std::vector<std::tuple<int, uint64_t, size_t, uint8_t*>> tails;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, payload = 0;  // as read (aligned ranges); the tensors' own bytes
     for (const Piece& p : u.pieces) {
       Storage& s = *storage_[p.t->file];
       uint64_t a_end = p.a_off + p.a_len;
@@ -708,6 +708,7 @@ class StreamingStoreImpl final : public StreamingStore {
       }
       if (a_end > p.a_off) per_file[p.t->file].push_back({p.a_off, (size_t)(a_end - p.a_off), dst});
       bytes += p.a_len;
+      payload += p.t->bytes;
     }
     uint64_t requests = 0;
     const uint64_t t0 = now_ns();
@@ -728,6 +729,7 @@ class StreamingStoreImpl final : public StreamingStore {
     }
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.bytes_read += bytes;
+    stats_.payload_bytes += payload;
     stats_.requests += requests;
     stats_.verify_ns += verify_ns;
     stats_.verified_bytes += verified;

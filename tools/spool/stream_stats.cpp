@@ -65,6 +65,7 @@ void StatsRecorder::end_step(const char* phase, int n_tokens) {
                     {"n_tokens", n_tokens},
                     {"wall_s", wall},
                     {"bytes_read", now.bytes_read - before_.bytes_read},
+                    {"payload_bytes", now.payload_bytes - before_.payload_bytes},
                     {"requests", now.requests - before_.requests},
                     {"lookups", lookups},
                     {"hits", hits},
@@ -117,7 +118,7 @@ nlohmann::json StatsRecorder::to_json(const nlohmann::json& extra) const {
                       {"hit_rate", (double)x.hits / x.lookups()}});
   }
   double wall = 0, io_wait = 0, decode_wall = 0;
-  uint64_t bytes = 0, requests = 0, decode_tokens = 0, decode_bytes = 0;
+  uint64_t bytes = 0, requests = 0, decode_tokens = 0, decode_bytes = 0, decode_payload = 0;
   for (const auto& st : steps_) {
     wall += st["wall_s"].get<double>();
     io_wait += st["io_wait_s"].get<double>();
@@ -127,6 +128,7 @@ nlohmann::json StatsRecorder::to_json(const nlohmann::json& extra) const {
       decode_tokens += st["n_tokens"].get<uint64_t>();
       decode_wall += st["wall_s"].get<double>();
       decode_bytes += st["bytes_read"].get<uint64_t>();
+      decode_payload += st["payload_bytes"].get<uint64_t>();
     }
   }
   const uint64_t lookups = s.lookups(), hits = sum_hits(s);
@@ -162,6 +164,7 @@ nlohmann::json StatsRecorder::to_json(const nlohmann::json& extra) const {
         {"decode_tokens", decode_tokens},
         {"decode_tok_s", decode_wall > 0 ? decode_tokens / decode_wall : 0.0},
         {"decode_bytes_per_token", decode_tokens ? (double)decode_bytes / decode_tokens : 0.0},
+        {"decode_payload_bytes_per_token", decode_tokens ? (double)decode_payload / decode_tokens : 0.0},
         {"peak_rss_bytes", peak_rss_bytes()}}},
       {"speculative",
        {{"predicted", s.spec_predicted},

@@ -120,6 +120,11 @@ struct GridCodes {
   alignas(64) uint16_t iq3s[512];
   // Level of each field value, for a byte shuffle (16 entries, repeated).
   alignas(16) int8_t lv_iq2xs[16], lv_iq2s[16], lv_iq3xxs[16], lv_iq3s[16];
+  // The AVX2 one-token kernels: each 7-bit sign index (completed by its
+  // parity bit) as 8 bytes of +1 / -1, for _mm256_sign_epi8 on activations,
+  // and the IQ1 grid plus one (levels 0, 1, 2: unsigned, for maddubs).
+  alignas(64) uint64_t sign64[128];
+  alignas(64) uint64_t iq1s_plus1[2048];
 };
 
 template <size_t N, size_t W, class T>
@@ -147,6 +152,16 @@ inline const GridCodes& grid_codes() {
     encode_grid(cb.iq2s, c->iq2s, c->lv_iq2s, 2);
     encode_grid(cb.iq3xxs, c->iq3xxs, c->lv_iq3xxs, 3);
     encode_grid(cb.iq3s, c->iq3s, c->lv_iq3s, 3);
+    for (int i = 0; i < 128; ++i) {
+      uint64_t m = 0;
+      for (int j = 0; j < 8; ++j) m |= (uint64_t)(cb.signs[i] >> j & 1 ? 0xff : 0x01) << (8 * j);
+      c->sign64[i] = m;
+    }
+    for (int i = 0; i < 2048; ++i) {
+      uint64_t m = 0;
+      for (int j = 0; j < 8; ++j) m |= (uint64_t)(uint8_t)(cb.iq1s[i][j] + 1) << (8 * j);
+      c->iq1s_plus1[i] = m;
+    }
     return c;
   }();
   return *g;
@@ -343,17 +358,36 @@ struct Act {
 };
 inline Act act(const BlockQ8_K& a) { return {a.qs, a.bsums, _mm256_set1_ps(a.d)}; }
 
+// The sixteen exact sums of 16 products of a block, from the partial sums
+// s[k] of weights 32k .. (four per 128-bit lane), in kScaleOrder: h[0] holds
+// sub-blocks 0, 2, 4, 6, 1, 3, 5, 7, h[1] the same of 8 .. 15.
+inline void reduce16(const __m256i s[8], __m256i h[2]) {
+  h[0] = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+  h[1] = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+}
+// acc + the sums scaled. Every path of a format ends here with the same exact
+// integer sums, so results do not depend on the path (one token or a tile).
+inline Acc block_tail(const __m256i h[2], const __m256 sc[2], const Act& a, Acc acc) {
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(sc[0], a.d), _mm256_cvtepi32_ps(h[0]), acc);
+  return _mm256_fmadd_ps(_mm256_mul_ps(sc[1], a.d), _mm256_cvtepi32_ps(h[1]), acc);
+}
+
 inline Acc block_dot(const Unpacked& u, const Act& a, Acc acc) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256i s[8];
+  __m256i s[8], h[2];
   SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
     const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
     s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k])), ones);
   }
-  const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-  const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
-  acc = _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], a.d), _mm256_cvtepi32_ps(h0), acc);
-  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(h1), acc);
+  reduce16(s, h);
+  return block_tail(h, u.sc, a, acc);
+}
+// Partial sums of 32 unsigned magnitudes g with 32 activations whose signs
+// are flipped where the weights are negative (sg: +1 / -1 bytes): the same
+// integers block_dot gets from the signed levels.
+inline __m256i dot32_signed(__m256i g, __m256i sg, const int8_t* x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(g, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i*)x), sg)),
+                           _mm256_set1_epi16(1));
 }
 // One scale, levels stored as q + 1 in 0..3 (unsigned): maddubs takes them as
 // they are, its pair sums (|.| <= 762) add up in 16 bits, and the + 1 is taken
@@ -407,12 +441,36 @@ SPOOL_IQ_INLINE void iq2_scales16(Unpacked& u, uint16_t d16, const uint8_t* scal
 // 7-bit sign indices and a 4-bit scale.
 struct FastIQ2_XXS {
   using Block = BlockIQ2_XXS;
+  static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) {
+    const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
+    set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.25f)));
+  }
+#if !defined(__AVX512BW__)
+  // One token: the signs go onto the activations (one op instead of three on
+  // the weights), grid magnitudes straight from the table.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    scales(b, meta_words(b.qs), u);
+    const auto* raw = reinterpret_cast<const uint8_t*>(b.qs);
+    const auto* grid = (const uint64_t*)bk.cb->iq2xxs;
+    const uint64_t* s64 = bk.gc->sign64;
+    __m256i s[8], h[2];
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+      const uint8_t* i = raw + 8 * k;
+      const uint32_t m = load32(i + 4);
+      const __m256i sg = _mm256_set_epi64x((long long)s64[m >> 21 & 127], (long long)s64[m >> 14 & 127],
+                                           (long long)s64[m >> 7 & 127], (long long)s64[m & 127]);
+      s[k] = dot32_signed(grid4x8(grid, i[0], i[1], i[2], i[3]), sg, a.x + 32 * k);
+    }
+    reduce16(s, h);
+    return block_tail(h, u.sc, a, acc);
+  }
+#endif
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     const __m256i meta = meta_words(b.qs);
     alignas(32) uint8_t sg[32];
     _mm256_store_si256((__m256i*)sg, sign_bytes_7bit(meta));
-    const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
-    set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.25f)));
+    scales(b, meta, u);
 #if defined(__AVX512BW__)
     // Grid points by plain loads, indices read from the block (bytes 0-3 of
     // each 8); loads beat both gathers and a permute lookup here.
@@ -503,12 +561,36 @@ struct FastIQ2_S {
 // word of four 7-bit sign indices and a 4-bit scale.
 struct FastIQ3_XXS {
   using Block = BlockIQ3_XXS;
+  static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) {
+    const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
+    set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.5f)));
+  }
+#if !defined(__AVX512BW__)
+  // One token: signs onto the activations, as FastIQ2_XXS::dot1.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    const uint8_t* meta = b.qs + kQKK / 4;
+    scales(b, _mm256_loadu_si256((const __m256i*)meta), u);
+    const auto* grid = (const uint32_t*)bk.cb->iq3xxs;
+    const uint64_t* s64 = bk.gc->sign64;
+    __m256i s[8], h[2];
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+      const uint8_t* q = b.qs + 8 * k;
+      const int i[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
+      const uint32_t m = load32(meta + 4 * k);
+      const __m256i sg = _mm256_set_epi64x((long long)s64[m >> 21 & 127], (long long)s64[m >> 14 & 127],
+                                           (long long)s64[m >> 7 & 127], (long long)s64[m & 127]);
+      s[k] = dot32_signed(grid8x4(grid, i), sg, a.x + 32 * k);
+    }
+    reduce16(s, h);
+    return block_tail(h, u.sc, a, acc);
+  }
+#endif
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     const __m256i meta = _mm256_loadu_si256((const __m256i*)(b.qs + kQKK / 4));
     alignas(32) uint8_t sg[32];
     _mm256_store_si256((__m256i*)sg, sign_bytes_7bit(meta));
-    const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
-    set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.5f)));
+    scales(b, meta, u);
 #if defined(__AVX512BW__)
     SPOOL_UNROLL for (int h = 0; h < 2; ++h) {
       const __m512i codes =
@@ -561,12 +643,81 @@ struct FastIQ3_S {
 // a 3-bit scale and the sign of the +-1/8 shift (levels 8 * point +- 1).
 struct FastIQ1_S {
   using Block = BlockIQ1_S;
-  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+  static SPOOL_IQ_INLINE void scales(const Block& b, Unpacked& u) {
     // d * (2 * ((qh >> 12) & 7) + 1) / 8 per 32 weights
     const __m256i h3 = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 12),
                                         _mm256_set1_epi32(7));
     const __m256 l = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(h3, h3), _mm256_set1_epi32(1)));
     set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d) * 0.125f), l));
+  }
+#if defined(__AVX512BW__)
+  // One token: with levels q = 8 p + delta (p in -1..1, delta +-1 per 32),
+  // q . x = 8 (p + 1) . x + (delta - 8) sum(x); p + 1 is unsigned, so the grid
+  // (plus one) goes into vpdpbusd as it is and the rest comes from the
+  // activations' sums of 16. Exact, so equal to block_dot's sums.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    scales(b, u);
+    const uint64_t* grid = bk.gc->iq1s_plus1;
+    const __m512i z = _mm512_setzero_si512();
+    __m512i s[4];
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
+      __m256i p[2];
+      SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
+        const int h = b.qh[2 * k + j];
+        const uint8_t* q = b.qs + 8 * k + 4 * j;
+        p[j] = grid4x8(grid, q[0] | (h & 7) << 8, q[1] | ((h >> 3) & 7) << 8, q[2] | ((h >> 6) & 7) << 8,
+                       q[3] | ((h >> 9) & 7) << 8);
+      }
+      s[k] = _mm512_dpbusd_epi32(z, _mm512_inserti64x4(_mm512_castsi256_si512(p[0]), p[1], 1),
+                                 _mm512_loadu_si512(a.x + 64 * k));
+    }
+    const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+    const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+    const __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
+    // delta - 8 per group of 32 (-9 where bit 15 of qh is set, else -7), in kScaleOrder
+    const __m256i neg = _mm256_srai_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 31);
+    const __m256i dm = _mm256_add_epi32(_mm256_set1_epi32(-7), _mm256_add_epi32(neg, neg));
+    const __m512i dq = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7),
+                                                _mm512_castsi256_si512(dm));
+    const __m512i sums = _mm512_add_epi32(_mm512_slli_epi32(t3, 3), _mm512_mullo_epi32(_mm512_srai_epi32(a.bias, 7), dq));
+    return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), _mm512_cvtepi32_ps(sums), acc);
+  }
+#else
+  // One token: with levels q = 8 p + delta (p in -1..1, delta +-1 per 32),
+  // q . x = 8 (p + 1) . x + (delta - 8) sum(x); p + 1 is unsigned, so the grid
+  // (plus one) goes into maddubs as it is and the rest comes from the
+  // activations' sums of 16. Exact, so equal to block_dot's sums.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    scales(b, u);
+    const uint64_t* grid = bk.gc->iq1s_plus1;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s[8], h[2];
+    SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
+      const int hb = b.qh[g];
+      const uint8_t* q = b.qs + 4 * g;
+      const __m256i p = grid4x8(grid, q[0] | (hb & 7) << 8, q[1] | ((hb >> 3) & 7) << 8, q[2] | ((hb >> 6) & 7) << 8,
+                                q[3] | ((hb >> 9) & 7) << 8);
+      s[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(p, _mm256_loadu_si256((const __m256i*)(a.x + 32 * g))), ones);
+    }
+    reduce16(s, h);
+    // delta - 8 per group: -9 where bit 15 of qh is set, else -7
+    const __m256i neg = _mm256_srai_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 31);
+    const __m256i dm = _mm256_add_epi32(_mm256_set1_epi32(-7), _mm256_add_epi32(neg, neg));
+    const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // kScaleOrder within each half
+    SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
+      const __m256i bs = _mm256_permutevar8x32_epi32(
+          _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)(a.bsums + 8 * j))), order);
+      const __m256i dj = _mm256_permutevar8x32_epi32(dm, _mm256_setr_epi32(4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3,
+                                                                           4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3));
+      h[j] = _mm256_add_epi32(_mm256_slli_epi32(h[j], 3), _mm256_mullo_epi32(bs, dj));
+    }
+    return block_tail(h, u.sc, a, acc);
+  }
+#endif
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+    scales(b, u);
 #if defined(__AVX512BW__)
     // Grid points by plain loads: 2048 entries are too many to permute, and a
     // load per point beats gathering them.
@@ -781,12 +932,23 @@ struct FastTQ2_0 {
 // The weight stream is prefetched kPrefetchAhead bytes ahead of the block being
 // decoded (the rows of a task are contiguous); past the end of the matrix a
 // prefetch is harmless.
-template <class U>
-SPOOL_IQ_INLINE void decode_block(const Books& cb, const typename U::Block* b, Unpacked& u) {
+template <class B>
+SPOOL_IQ_INLINE void prefetch_ahead(const B* b) {
   const char* ahead = reinterpret_cast<const char*>(b) + kPrefetchAhead;
   for (size_t o = 0; o < sizeof(*b); o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
+}
+template <class U>
+SPOOL_IQ_INLINE void decode_block(const Books& cb, const typename U::Block* b, Unpacked& u) {
+  prefetch_ahead(b);
   U::unpack(cb, *b, u);
 }
+
+// Formats with a fused one-token kernel (decode block and dot in one pass,
+// the same sums as unpack + block_dot).
+template <class U, class = void>
+struct HasDot1 : std::false_type {};
+template <class U>
+struct HasDot1<U, std::void_t<decltype(&U::dot1)>> : std::true_type {};
 
 // Few activation rows (decode): each block is decoded into registers and
 // dotted with the C rows at once.
@@ -799,10 +961,17 @@ void gemm_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const uint8_t*
     const auto* b = reinterpret_cast<const typename U::Block*>(w + r * ws);
     Acc acc[C];
     SPOOL_UNROLL for (int t = 0; t < C; ++t) acc[t] = acc_zero();
-    for (int64_t i = 0; i < nb; ++i) {
-      Unpacked u;
-      decode_block<U>(cb, b + i, u);
-      SPOOL_UNROLL for (int t = 0; t < C; ++t) acc[t] = dot<U>(u, act(at[t][i]), acc[t]);
+    if constexpr (C == 1 && HasDot1<U>::value) {
+      for (int64_t i = 0; i < nb; ++i) {
+        prefetch_ahead(b + i);
+        acc[0] = U::dot1(cb, b[i], act(at[0][i]), acc[0]);
+      }
+    } else {
+      for (int64_t i = 0; i < nb; ++i) {
+        Unpacked u;
+        decode_block<U>(cb, b + i, u);
+        SPOOL_UNROLL for (int t = 0; t < C; ++t) acc[t] = dot<U>(u, act(at[t][i]), acc[t]);
+      }
     }
     SPOOL_UNROLL for (int t = 0; t < C; ++t) c[t * ldc + r] = hsum(acc[t]);
   }
