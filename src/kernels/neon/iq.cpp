@@ -22,6 +22,7 @@
 // bit test (explicit signs).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/quant_blocks.h"
@@ -90,6 +91,16 @@ inline int8x16_t pm16(uint8x16_t s16, int k) {
   return vreinterpretq_s8_u8(vorrq_u8(neg, vdupq_n_u8(1)));
 }
 
+// The sign bytes of 7-bit sign indices: each completed by its parity bit
+// (the sign patterns of 8 weights have an even number of minus signs).
+inline uint8x16_t even_parity(uint8x16_t i7) { return vsliq_n_u8(i7, vcntq_u8(i7), 7); }
+
+// 16-bit grid indices from 16 low bytes and 16 high bytes, stored at out.
+inline void store_indices(uint8x16_t lo, uint8x16_t hi, uint16_t* out) {
+  vst1q_u16(out, vreinterpretq_u16_u8(vzip1q_u8(lo, hi)));
+  vst1q_u16(out + 8, vreinterpretq_u16_u8(vzip2q_u8(lo, hi)));
+}
+
 // The four fields of w at bits shift[l] (masked by m), as int32.
 inline int32x4_t fields(uint32_t w, int32x4_t neg_shift, uint32_t m) {
   return vreinterpretq_s32_u32(vandq_u32(vshlq_u32(vdupq_n_u32(w), neg_shift), vdupq_n_u32(m)));
@@ -111,12 +122,20 @@ struct Unpacked {
   float d;
 };
 
+// Formats with one scale may store levels as q + 1 (kOffset): the block's
+// sum then takes off the activations' sum once (from Q8_K's bsums).
+template <class U, class = void>
+struct Offset : std::false_type {};
+template <class U>
+struct Offset<U, std::void_t<decltype(U::kOffset)>> : std::bool_constant<U::kOffset> {};
+
 // The block's integer sum: sum over groups of scale * (sum of products with
-// the activations x). Exact, so its evaluation order does not matter.
-template <int kGroup>
-SPOOL_IQ_INLINE int32_t block_isum(const Unpacked& u, const int8_t* x) {
+// the activations). Exact, so its evaluation order does not matter.
+template <class U>
+SPOOL_IQ_INLINE int32_t block_isum(const Unpacked& u, const BlockQ8_K& y) {
+  const int8_t* x = y.qs;
   const int32x4_t z = vdupq_n_s32(0);
-  if constexpr (kGroup == 16) {
+  if constexpr (U::kGroup == 16) {
     int32x4_t acc[2] = {z, z};
     SPOOL_UNROLL for (int k = 0; k < 16; ++k) {
       const int32x4_t p = vdotq_s32(z, u.q[k], vld1q_s8(x + 16 * k));
@@ -128,7 +147,7 @@ SPOOL_IQ_INLINE int32_t block_isum(const Unpacked& u, const int8_t* x) {
       }
     }
     return vaddvq_s32(vaddq_s32(acc[0], acc[1]));
-  } else if constexpr (kGroup == 32) {
+  } else if constexpr (U::kGroup == 32) {
     int32x4_t acc[2] = {z, z};
     SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
       const int32x4_t p = vdotq_s32(vdotq_s32(z, u.q[2 * g], vld1q_s8(x + 32 * g)), u.q[2 * g + 1], vld1q_s8(x + 32 * g + 16));
@@ -141,10 +160,16 @@ SPOOL_IQ_INLINE int32_t block_isum(const Unpacked& u, const int8_t* x) {
     }
     return vaddvq_s32(vaddq_s32(acc[0], acc[1]));
   } else {
-    static_assert(kGroup == kQKK);
+    static_assert(U::kGroup == kQKK);
     int32x4_t acc[4] = {z, z, z, z};
     SPOOL_UNROLL for (int k = 0; k < 16; ++k) acc[k % 4] = vdotq_s32(acc[k % 4], u.q[k], vld1q_s8(x + 16 * k));
-    return vaddvq_s32(vaddq_s32(vaddq_s32(acc[0], acc[1]), vaddq_s32(acc[2], acc[3])));
+    int32x4_t sum = vaddq_s32(vaddq_s32(acc[0], acc[1]), vaddq_s32(acc[2], acc[3]));
+    if constexpr (Offset<U>::value) {
+      // two sums of 16 activations fit int16 (|.| <= 2 * 16 * 128)
+      const int16x8_t bs = vaddq_s16(vld1q_s16(y.bsums), vld1q_s16(y.bsums + 8));
+      sum = vsubq_s32(sum, vpaddlq_s16(bs));
+    }
+    return vaddvq_s32(sum);
   }
 }
 
@@ -200,10 +225,19 @@ struct NeonIQ2_XS {
     const auto* grid = reinterpret_cast<const uint64_t*>(bk.cb->iq2xs);
     u.d = neon_h2f(b.d) * 0.125f;
     iq2_scales16(b.scales, u);
-    SPOOL_UNROLL for (int k = 0; k < 16; ++k) {
-      const uint16_t v0 = b.qs[2 * k], v1 = b.qs[2 * k + 1];
-      u.q[k] = vmulq_s8(pair64(grid, v0 & 511, v1 & 511), pair64(bk.pm7, v0 >> 9, v1 >> 9));
+    // Grid indices (low 9 bits) to memory, where each is one load away;
+    // sign indices (top 7 bits) to sign bytes in registers.
+    alignas(16) uint16_t idx[32];
+    uint8x16_t sg[2];
+    SPOOL_UNROLL for (int h = 0; h < 2; ++h) {
+      const uint16x8_t v0 = vld1q_u16(b.qs + 16 * h), v1 = vld1q_u16(b.qs + 16 * h + 8);
+      vst1q_u16(idx + 16 * h, vandq_u16(v0, vdupq_n_u16(511)));
+      vst1q_u16(idx + 16 * h + 8, vandq_u16(v1, vdupq_n_u16(511)));
+      const uint8x16_t top = vuzp2q_u8(vreinterpretq_u8_u16(v0), vreinterpretq_u8_u16(v1));  // high bytes
+      sg[h] = even_parity(vshrq_n_u8(top, 1));
     }
+    SPOOL_UNROLL for (int k = 0; k < 16; ++k)
+      u.q[k] = vmulq_s8(pair64(grid, idx[2 * k], idx[2 * k + 1]), pm16(sg[k / 8], k % 8));
   }
 };
 
@@ -216,15 +250,24 @@ struct NeonIQ2_S {
     const auto* grid = reinterpret_cast<const uint64_t*>(bk.cb->iq2s);
     u.d = neon_h2f(b.d) * 0.125f;
     iq2_scales16(b.scales, u);
+    // index p: qs[p] | bits 2 (p % 4) .. of qh[p / 4] as bits 8-9
+    alignas(16) uint16_t idx[32];
+    static const uint8_t kRep[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+    static const int8_t kShift[16] = {0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6};
+    const uint8x8_t qh = vld1_u8(b.qh);
+    const uint8x16_t qh2 = vcombine_u8(qh, qh), rep = vld1q_u8(kRep);
+    const int8x16_t sh = vld1q_s8(kShift);
+    SPOOL_UNROLL for (int h = 0; h < 2; ++h) {
+      const uint8x16_t hb = vqtbl1q_u8(qh2, vaddq_u8(rep, vdupq_n_u8((uint8_t)(4 * h))));
+      const uint8x16_t hi = vandq_u8(vshlq_u8(hb, sh), vdupq_n_u8(3));
+      store_indices(vld1q_u8(b.qs + 16 * h), hi, idx + 16 * h);
+    }
     const uint8_t* signs = b.qs + kQKK / 8;
     SPOOL_UNROLL for (int h = 0; h < 2; ++h) {
       const uint8x16_t s16 = vld1q_u8(signs + 16 * h);
       SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
-        const int g = 4 * h + k / 2;  // group of 32
-        const uint8_t* q = b.qs + 4 * g + 2 * (k % 2);
-        const unsigned hb = b.qh[g] >> (4 * (k % 2));
-        const int8x16_t p = pair64(grid, q[0] | ((hb << 8) & 0x300), q[1] | ((hb << 6) & 0x300));
-        u.q[8 * h + k] = vmulq_s8(p, pm16(s16, k));
+        const int m = 8 * h + k;
+        u.q[m] = vmulq_s8(pair64(grid, idx[2 * m], idx[2 * m + 1]), pm16(s16, k));
       }
     }
   }
@@ -264,15 +307,21 @@ struct NeonIQ3_S {
     const uint32_t sw = load32(b.scales);
     u.sc[0] = odd(fields(sw, shifts(0, 4, 8, 12), 0xf));
     u.sc[1] = odd(fields(sw, shifts(16, 20, 24, 28), 0xf));
+    // index p: qs[p] | bit p % 8 of qh[p / 8] as bit 8
+    alignas(16) uint16_t idx[64];
+    const uint8x8_t qh = vld1_u8(b.qh);
+    const uint8x16_t qh2 = vcombine_u8(qh, qh);
+    const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
+    SPOOL_UNROLL for (int m = 0; m < 4; ++m) {
+      const uint8x16_t rep = vcombine_u8(vdup_n_u8((uint8_t)(2 * m)), vdup_n_u8((uint8_t)(2 * m + 1)));
+      const uint8x16_t hi = vandq_u8(vtstq_u8(vqtbl1q_u8(qh2, rep), bit), vdupq_n_u8(1));
+      store_indices(vld1q_u8(b.qs + 16 * m), hi, idx + 16 * m);
+    }
     SPOOL_UNROLL for (int h = 0; h < 2; ++h) {
       const uint8x16_t s16 = vld1q_u8(b.signs + 16 * h);
       SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
-        const int g = 4 * h + k / 2;
-        const uint8_t* q = b.qs + 8 * g + 4 * (k % 2);
-        const unsigned hb = (unsigned)b.qh[g] >> (4 * (k % 2));
-        const int8x16_t p = quad32(grid, q[0] | ((hb << 8) & 256), q[1] | ((hb << 7) & 256), q[2] | ((hb << 6) & 256),
-                                   q[3] | ((hb << 5) & 256));
-        u.q[8 * h + k] = vmulq_s8(p, pm16(s16, k));
+        const uint16_t* i = idx + 4 * (8 * h + k);
+        u.q[8 * h + k] = vmulq_s8(quad32(grid, i[0], i[1], i[2], i[3]), pm16(s16, k));
       }
     }
   }
@@ -349,51 +398,47 @@ struct NeonIQ4_XS {
 };
 
 // TQ1_0: ternary digits, five per byte of qs and four per byte of qh; digit n
-// of x is the top base-3 digit of x * 3^n (mod 256): 0, 1 or 2 as that byte is
-// below 86, below 171 or above. Levels digit - 1, one scale d.
+// of x is the top base-3 digit of x * 3^n (mod 256): (v * 3) >> 8, taken as
+// ((v + (v >> 1)) / 2) >> 6 in 8 bits. Levels stored as the digit (q + 1).
 struct NeonTQ1_0 {
   using Block = BlockTQ1_0;
   static constexpr int kGroup = kQKK;
-  static int8x16_t levels(uint8x16_t v) {
-    const uint8x16_t ge86 = vcgeq_u8(v, vdupq_n_u8(86)), ge171 = vcgeq_u8(v, vdupq_n_u8(171));
-    return vreinterpretq_s8_u8(vsubq_u8(vsubq_u8(vdupq_n_u8(0xff), ge86), ge171));
-  }
-  static uint8x16_t times3(uint8x16_t v) { return vaddq_u8(v, vaddq_u8(v, v)); }
+  static constexpr bool kOffset = true;
+  static int8x16_t digit(uint8x16_t v) { return vreinterpretq_s8_u8(vshrq_n_u8(vhaddq_u8(v, vshrq_n_u8(v, 1)), 6)); }
   static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
     u.d = neon_h2f(b.d);
     // Weights 0-159: the five digits of qs[0..31]; 160-239: those of
     // qs[32..47]; 240-255: the four digits of qh[0..3].
-    uint8x16_t x0 = vld1q_u8(b.qs), x1 = vld1q_u8(b.qs + 16), y = vld1q_u8(b.qs + 32);
+    const uint8x16_t x0 = vld1q_u8(b.qs), x1 = vld1q_u8(b.qs + 16), y = vld1q_u8(b.qs + 32);
+    static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
     SPOOL_UNROLL for (int n = 0; n < 5; ++n) {
-      u.q[2 * n] = levels(x0);
-      u.q[2 * n + 1] = levels(x1);
-      u.q[10 + n] = levels(y);
-      x0 = times3(x0);
-      x1 = times3(x1);
-      y = times3(y);
+      uint8x16_t p = vdupq_n_u8(kPow3[n]);
+      __asm__("" : "+w"(p));  // one multiply, not the shift and add GCC makes of * 3 and * 9
+      u.q[2 * n] = digit(n ? vmulq_u8(x0, p) : x0);
+      u.q[2 * n + 1] = digit(n ? vmulq_u8(x1, p) : x1);
+      u.q[10 + n] = digit(n ? vmulq_u8(y, p) : y);
     }
     static const uint8_t kPow[16] = {1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27};
-    const uint8x16_t hv = vmulq_u8(vreinterpretq_u8_u32(vdupq_n_u32(load32(b.qh))), vld1q_u8(kPow));
-    u.q[15] = levels(hv);
+    u.q[15] = digit(vmulq_u8(vreinterpretq_u8_u32(vdupq_n_u32(load32(b.qh))), vld1q_u8(kPow)));
   }
 };
 
-// TQ2_0: 2-bit fields q + 1, four per byte; weights 128 j + 32 l + m are
-// field l of byte 32 j + m.
+// TQ2_0: 2-bit fields q + 1, four per byte, stored as they are; weights
+// 128 j + 32 l + m are field l of byte 32 j + m.
 struct NeonTQ2_0 {
   using Block = BlockTQ2_0;
   static constexpr int kGroup = kQKK;
+  static constexpr bool kOffset = true;
   static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
     u.d = neon_h2f(b.d);
     const uint8x16_t three = vdupq_n_u8(3);
-    const int8x16_t one = vdupq_n_s8(1);
     SPOOL_UNROLL for (int j = 0; j < 4; ++j) {
       const uint8x16_t x = vld1q_u8(b.qs + 16 * j);  // bytes 32 (j / 2) + 16 (j % 2) ..
       const int base = 8 * (j / 2) + (j % 2);
-      u.q[base] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, three)), one);
-      u.q[base + 2] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(x, 2), three)), one);
-      u.q[base + 4] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(x, 4), three)), one);
-      u.q[base + 6] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 6)), one);
+      u.q[base] = vreinterpretq_s8_u8(vandq_u8(x, three));
+      u.q[base + 2] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(x, 2), three));
+      u.q[base + 4] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(x, 4), three));
+      u.q[base + 6] = vreinterpretq_s8_u8(vshrq_n_u8(x, 6));
     }
   }
 };
@@ -414,7 +459,7 @@ void gemm_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const uint8_t*
       Unpacked u;
       U::unpack(bk, b[i], u);
       SPOOL_UNROLL for (int t = 0; t < C; ++t)
-        acc[t] += block_term(block_isum<U::kGroup>(u, at[t][i].qs), u.d, at[t][i].d);
+        acc[t] += block_term(block_isum<U>(u, at[t][i]), u.d, at[t][i].d);
     }
     SPOOL_UNROLL for (int t = 0; t < C; ++t) c[t * ldc + r] = acc[t];
   }
@@ -456,7 +501,7 @@ void dot_rows(int64_t nb, const RowScratch& s, int64_t n, const BlockQ8_K* at, f
     SPOOL_UNROLL for (int r = 0; r < R; ++r) {
       Unpacked u;
       load<U>(u, s.lv.data() + r * n + kQKK * i, s.sc.data() + (r * nb + i) * 16, s.d.data() + r * nb + i);
-      acc[r] += block_term(block_isum<U::kGroup>(u, x.qs), u.d, x.d);
+      acc[r] += block_term(block_isum<U>(u, x), u.d, x.d);
     }
   }
   SPOOL_UNROLL for (int r = 0; r < R; ++r) c[r] = acc[r];
