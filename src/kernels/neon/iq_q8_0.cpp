@@ -69,22 +69,65 @@ template <class Ops>
 struct ChunkKernel {
   using Block = typename Ops::Block;
 
-  // Every tile shape: per (row, activation) pair the chunk's integer sum
-  // reduced exactly, then one fused multiply-add with dw * da.
+  // Every (row, activation) pair takes the same steps in every tile shape:
+  // the chunk's integer sum reduced exactly, then acc = fma(sum, dw * da,
+  // acc), in a vector lane or a scalar (the same IEEE operations), so a
+  // row's result does not depend on its tile (batch invariance). Four rows
+  // of one activation (decode) or four activations of a row keep their
+  // accumulators in the lanes of one register.
   template <int R, int C>
   static void tile(SPOOL_NEON_TILE_ARGS) {
+    if constexpr (R == 4 && C == 1) {
+      tile_rows4(n, w, w_stride, a, c);
+    } else {
+      tile_any<R, C>(n, w, w_stride, a, a_stride, c, ldc);
+    }
+  }
+
+  template <int R>
+  static void load_rows(const uint8_t* w, size_t w_stride, int64_t ib, const int8x16_t& table, int8x16_t* lo,
+                        int8x16_t* hi, const Block** b) {
+    const int64_t wb = ib / Ops::kChunks;
+    const int ch = (int)(ib % Ops::kChunks);
+    SPOOL_UNROLL for (int r = 0; r < R; ++r) {
+      b[r] = reinterpret_cast<const Block*>(w + r * w_stride) + wb;
+      Ops::unpack(*b[r], ch, table, &lo[r], &hi[r]);
+    }
+  }
+
+  static void tile_rows4(int64_t n, const uint8_t* w, size_t w_stride, const uint8_t* a, float* c) {
+    const int8x16_t table = vld1q_s8(iq_codebooks().iq4nl);
+    const auto* y = reinterpret_cast<const BlockQ8_0*>(a);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t ib = 0; ib < n / kQK; ++ib) {
+      int8x16_t lo[4], hi[4];
+      const Block* b[4];
+      load_rows<4>(w, w_stride, ib, table, lo, hi, b);
+      uint16x4_t d16 = vdup_n_u16(0);
+      d16 = vld1_lane_u16(&b[0]->d, d16, 0);
+      d16 = vld1_lane_u16(&b[1]->d, d16, 1);
+      d16 = vld1_lane_u16(&b[2]->d, d16, 2);
+      d16 = vld1_lane_u16(&b[3]->d, d16, 3);
+      const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u16(d16));
+      const int8x16_t al = vld1q_s8(y[ib].qs), ah = vld1q_s8(y[ib].qs + 16);
+      int32x4_t s[4];
+      SPOOL_UNROLL for (int r = 0; r < 4; ++r) s[r] = vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo[r], al), hi[r], ah);
+      const int32x4_t sums = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+      acc = vfmaq_f32(acc, vcvtq_f32_s32(sums), vmulq_n_f32(dw, neon_h2f(y[ib].d)));
+    }
+    vst1q_f32(c, acc);
+  }
+
+  template <int R, int C>
+  static void tile_any(SPOOL_NEON_TILE_ARGS) {
     const int8x16_t table = vld1q_s8(iq_codebooks().iq4nl);
     float acc[R][C] = {};
     for (int64_t ib = 0; ib < n / kQK; ++ib) {
-      const int64_t wb = ib / Ops::kChunks;
-      const int ch = (int)(ib % Ops::kChunks);
       int8x16_t lo[R], hi[R];
+      const Block* b[R];
+      load_rows<R>(w, w_stride, ib, table, lo, hi, b);
       float dw[R];
-      SPOOL_UNROLL for (int r = 0; r < R; ++r) {
-        const Block& b = reinterpret_cast<const Block*>(w + r * w_stride)[wb];
-        Ops::unpack(b, ch, table, &lo[r], &hi[r]);
-        dw[r] = neon_h2f(b.d);
-      }
+      SPOOL_UNROLL for (int r = 0; r < R; ++r) dw[r] = neon_h2f(b[r]->d);
       SPOOL_UNROLL for (int j = 0; j < C; ++j) {
         const BlockQ8_0& y = reinterpret_cast<const BlockQ8_0*>(a + j * a_stride)[ib];
         const int8x16_t al = vld1q_s8(y.qs), ah = vld1q_s8(y.qs + 16);
