@@ -18,6 +18,14 @@
 //   |q| <= 127 and the Q8_K quantizer keeps activations within +-127.
 // Each set reduces a block's sixteen sums of 16 in its own order (kScaleOrder),
 // and the row's scales are stored in that order.
+//
+// Some formats have a fused one-token kernel (dot1: IQ2_XXS, IQ3_XXS, IQ1_S
+// on AVX2, IQ1_S on AVX-512) that skips the signed levels: signs go onto the
+// activations, or the levels are offset to be unsigned and the offset comes
+// off with the activations' sums. Their integer sums are exact and equal to
+// block_dot's, so the float tail (shared) gives the same result. TQ1_0 on
+// AVX-512 has a tile of its own (tq1_tile): its digits stay in the lanes of
+// their bytes, and the activations are laid out to match once per call.
 #pragma once
 
 #include <immintrin.h>
@@ -122,9 +130,10 @@ struct GridCodes {
   alignas(16) int8_t lv_iq2xs[16], lv_iq2s[16], lv_iq3xxs[16], lv_iq3s[16];
   // The AVX2 one-token kernels: each 7-bit sign index (completed by its
   // parity bit) as 8 bytes of +1 / -1, for _mm256_sign_epi8 on activations,
-  // and the IQ1 grid plus one (levels 0, 1, 2: unsigned, for maddubs).
+  // and the IQ1 levels 8 p + delta plus 9 (unsigned, for maddubs and
+  // vpdpbusd), one table per sign of delta: [0] delta = +1, [1] delta = -1.
   alignas(64) uint64_t sign64[128];
-  alignas(64) uint64_t iq1s_plus1[2048];
+  alignas(64) uint64_t iq1s_plus9[2][2048];
 };
 
 template <size_t N, size_t W, class T>
@@ -157,11 +166,12 @@ inline const GridCodes& grid_codes() {
       for (int j = 0; j < 8; ++j) m |= (uint64_t)(cb.signs[i] >> j & 1 ? 0xff : 0x01) << (8 * j);
       c->sign64[i] = m;
     }
-    for (int i = 0; i < 2048; ++i) {
-      uint64_t m = 0;
-      for (int j = 0; j < 8; ++j) m |= (uint64_t)(uint8_t)(cb.iq1s[i][j] + 1) << (8 * j);
-      c->iq1s_plus1[i] = m;
-    }
+    for (int neg = 0; neg < 2; ++neg)
+      for (int i = 0; i < 2048; ++i) {
+        uint64_t m = 0;
+        for (int j = 0; j < 8; ++j) m |= (uint64_t)(uint8_t)(8 * cb.iq1s[i][j] + (neg ? -1 : 1) + 9) << (8 * j);
+        c->iq1s_plus9[neg][i] = m;
+      }
     return c;
   }();
   return *g;
@@ -424,7 +434,30 @@ SPOOL_IQ_INLINE Acc dot(const Unpacked& u, const Act& a, Acc acc) {
 struct Books {
   const IqCodebooks* cb;
   const GridCodes* gc;
+  const uint64_t* signed_iq2xxs = nullptr;  // AVX2 only: see FastIQ2_XXS::dot1
 };
+
+#if !defined(__AVX512BW__)
+// The IQ2_XXS grid under every sign pattern: entry s << 8 | g is point g with
+// the signs of 7-bit sign index s (completed by its parity bit) applied.
+inline const uint64_t* signed_iq2xxs_grid() {
+  static const uint64_t* t = [] {
+    const IqCodebooks& cb = iq_codebooks();
+    auto* v = new uint64_t[128 * 256];
+    for (int sg = 0; sg < 128; ++sg)
+      for (int g = 0; g < 256; ++g) {
+        uint64_t m = 0;
+        for (int j = 0; j < 8; ++j) {
+          const int l = cb.iq2xxs[g][j];
+          m |= (uint64_t)(uint8_t)(int8_t)(cb.signs[sg] >> j & 1 ? -l : l) << (8 * j);
+        }
+        v[sg << 8 | g] = m;
+      }
+    return v;
+  }();
+  return t;
+}
+#endif
 // Each unpack(books, block, u) decodes one block into u.
 
 // The scales of the IQ2 types with 4-bit scales per 16 (IQ2_XS, IQ2_S):
@@ -446,21 +479,22 @@ struct FastIQ2_XXS {
     set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.25f)));
   }
 #if !defined(__AVX512BW__)
-  // One token: the signs go onto the activations (one op instead of three on
-  // the weights), grid magnitudes straight from the table.
+  // One token: each 8 weights are one load from a table of every grid point
+  // under every sign pattern (256 x 128 points, 256 KiB: it lives in L2),
+  // indexed by sign index << 8 | grid index, both straight from the block.
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
     Unpacked u;
     scales(b, meta_words(b.qs), u);
     const auto* raw = reinterpret_cast<const uint8_t*>(b.qs);
-    const auto* grid = (const uint64_t*)bk.cb->iq2xxs;
-    const uint64_t* s64 = bk.gc->sign64;
+    const uint64_t* sgrid = bk.signed_iq2xxs;
     __m256i s[8], h[2];
     SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
       const uint8_t* i = raw + 8 * k;
       const uint32_t m = load32(i + 4);
-      const __m256i sg = _mm256_set_epi64x((long long)s64[m >> 21 & 127], (long long)s64[m >> 14 & 127],
-                                           (long long)s64[m >> 7 & 127], (long long)s64[m & 127]);
-      s[k] = dot32_signed(grid4x8(grid, i[0], i[1], i[2], i[3]), sg, a.x + 32 * k);
+      const __m256i q = grid4x8(sgrid, (m << 8 & 0x7f00) | i[0], (m << 1 & 0x7f00) | i[1], (m >> 6 & 0x7f00) | i[2],
+                                (m >> 13 & 0x7f00) | i[3]);
+      const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
+      s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), _mm256_set1_epi16(1));
     }
     reduce16(s, h);
     return block_tail(h, u.sc, a, acc);
@@ -650,15 +684,14 @@ struct FastIQ1_S {
     const __m256 l = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(h3, h3), _mm256_set1_epi32(1)));
     set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d) * 0.125f), l));
   }
+  // One token: the levels q = 8 p + delta (p in -1..1, delta +-1 per 32) plus
+  // 9 are unsigned (0..18), so they come from a table (one per sign of delta)
+  // straight into maddubs / vpdpbusd, and q . x = (q + 9) . x - 9 sum(x) with
+  // the activations' sums of 16. Exact, so equal to block_dot's sums.
 #if defined(__AVX512BW__)
-  // One token: with levels q = 8 p + delta (p in -1..1, delta +-1 per 32),
-  // q . x = 8 (p + 1) . x + (delta - 8) sum(x); p + 1 is unsigned, so the grid
-  // (plus one) goes into vpdpbusd as it is and the rest comes from the
-  // activations' sums of 16. Exact, so equal to block_dot's sums.
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
     Unpacked u;
     scales(b, u);
-    const uint64_t* grid = bk.gc->iq1s_plus1;
     const __m512i z = _mm512_setzero_si512();
     __m512i s[4];
     SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
@@ -666,6 +699,7 @@ struct FastIQ1_S {
       SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
         const int h = b.qh[2 * k + j];
         const uint8_t* q = b.qs + 8 * k + 4 * j;
+        const uint64_t* grid = bk.gc->iq1s_plus9[h >> 15];
         p[j] = grid4x8(grid, q[0] | (h & 7) << 8, q[1] | ((h >> 3) & 7) << 8, q[2] | ((h >> 6) & 7) << 8,
                        q[3] | ((h >> 9) & 7) << 8);
       }
@@ -675,44 +709,31 @@ struct FastIQ1_S {
     const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
     const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
     const __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
-    // delta - 8 per group of 32 (-9 where bit 15 of qh is set, else -7), in kScaleOrder
-    const __m256i neg = _mm256_srai_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 31);
-    const __m256i dm = _mm256_add_epi32(_mm256_set1_epi32(-7), _mm256_add_epi32(neg, neg));
-    const __m512i dq = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7),
-                                                _mm512_castsi256_si512(dm));
-    const __m512i sums = _mm512_add_epi32(_mm512_slli_epi32(t3, 3), _mm512_mullo_epi32(_mm512_srai_epi32(a.bias, 7), dq));
+    const __m512i bs = _mm512_srai_epi32(a.bias, 7);  // the sums of 16 in kScaleOrder
+    const __m512i sums = _mm512_sub_epi32(t3, _mm512_add_epi32(_mm512_slli_epi32(bs, 3), bs));
     return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), _mm512_cvtepi32_ps(sums), acc);
   }
 #else
-  // One token: with levels q = 8 p + delta (p in -1..1, delta +-1 per 32),
-  // q . x = 8 (p + 1) . x + (delta - 8) sum(x); p + 1 is unsigned, so the grid
-  // (plus one) goes into maddubs as it is and the rest comes from the
-  // activations' sums of 16. Exact, so equal to block_dot's sums.
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
     Unpacked u;
     scales(b, u);
-    const uint64_t* grid = bk.gc->iq1s_plus1;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i s[8], h[2];
     SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
       const int hb = b.qh[g];
       const uint8_t* q = b.qs + 4 * g;
+      const uint64_t* grid = bk.gc->iq1s_plus9[hb >> 15];
       const __m256i p = grid4x8(grid, q[0] | (hb & 7) << 8, q[1] | ((hb >> 3) & 7) << 8, q[2] | ((hb >> 6) & 7) << 8,
                                 q[3] | ((hb >> 9) & 7) << 8);
       s[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(p, _mm256_loadu_si256((const __m256i*)(a.x + 32 * g))), ones);
     }
     reduce16(s, h);
-    // delta - 8 per group: -9 where bit 15 of qh is set, else -7
-    const __m256i neg = _mm256_srai_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 31);
-    const __m256i dm = _mm256_add_epi32(_mm256_set1_epi32(-7), _mm256_add_epi32(neg, neg));
-    const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // kScaleOrder within each half
-    SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
-      const __m256i bs = _mm256_permutevar8x32_epi32(
-          _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)(a.bsums + 8 * j))), order);
-      const __m256i dj = _mm256_permutevar8x32_epi32(dm, _mm256_setr_epi32(4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3,
-                                                                           4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3));
-      h[j] = _mm256_add_epi32(_mm256_slli_epi32(h[j], 3), _mm256_mullo_epi32(bs, dj));
-    }
+    // 9 x the sums of 16 (|.| <= 18288: int16), in kScaleOrder within each half
+    const __m256i bs9 = _mm256_mullo_epi16(_mm256_loadu_si256((const __m256i*)a.bsums), _mm256_set1_epi16(9));
+    const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    h[0] = _mm256_sub_epi32(h[0], _mm256_permutevar8x32_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(bs9)), order));
+    h[1] = _mm256_sub_epi32(h[1],
+                            _mm256_permutevar8x32_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(bs9, 1)), order));
     return block_tail(h, u.sc, a, acc);
   }
 #endif
@@ -850,7 +871,6 @@ struct FastIQ4_XS {
 // top base-3 digit of the byte times 3^n (taken as (v * 3) >> 8: 0, 1 or 2).
 struct FastTQ1_0 {
   using Block = BlockTQ1_0;
-  // 127 + digit of each byte of v (q + 128 for q = digit - 1), by two compares.
   // The digit of each byte of v (q + 1, as block_dot_one takes the levels),
   // by two signed compares.
   static __m256i levels(__m256i v) {
@@ -862,14 +882,25 @@ struct FastTQ1_0 {
   static __m256i times3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
   static __m128i times3(__m128i v) { return _mm_add_epi8(v, _mm_add_epi8(v, v)); }
 #if defined(__AVX512BW__)
+  // AVX-512 has its own tile (tq1_tile): these feed it.
   static __m512i levels(__m512i v) {
     const __m512i one = _mm512_set1_epi8(1);
-    // the digit itself: q + 1 (see block_dot_one)
+    // the digit itself: q + 1 (see tq1_dot)
     const __m512i r = _mm512_maskz_mov_epi8(_mm512_cmpge_epu8_mask(v, _mm512_set1_epi8(86)), one);
     return _mm512_mask_add_epi8(r, _mm512_cmpge_epu8_mask(v, _mm512_set1_epi8((char)171)), r, one);
   }
-  static __m512i join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-#endif
+  static __m512i times3(__m512i v) { return _mm512_add_epi8(v, _mm512_add_epi8(v, v)); }
+  // All 256 digits of a block (q + 1) in five registers, in the lane order of
+  // tq1_arrange: the block's 52 bytes of qs and qh in one register times 1, 3,
+  // 9, 27 and 81.
+  static SPOOL_IQ_INLINE void levels5(const Block& b, __m512i l[5]) {
+    __m512i z = _mm512_maskz_loadu_epi8(0x000fffffffffffffULL, &b);  // qs and qh: bytes 0-51
+    SPOOL_UNROLL for (int n = 0; n < 5; ++n) {
+      l[n] = levels(z);
+      if (n < 4) z = times3(z);
+    }
+  }
+#else
   static constexpr bool kOneScale = true;
   static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
     set_scales8(u, _mm256_set1_ps(_cvtsh_ss(b.d)));
@@ -883,12 +914,6 @@ struct FastTQ1_0 {
     const __m128i h1 = _mm_set1_epi32((int)load32(b.qh));
     const __m128i h3 = times3(h1), h9 = times3(h3), h27 = times3(h9);
     const __m128i hv = _mm_blend_epi32(_mm_blend_epi32(h1, h3, 0x2), _mm_blend_epi32(h9, h27, 0x8), 0xc);
-#if defined(__AVX512BW__)
-    u.q[0] = levels(join(x1, x3));
-    u.q[1] = levels(join(x9, x27));
-    u.q[2] = levels(join(x81, _mm256_set_m128i(y3, y1)));
-    u.q[3] = levels(join(_mm256_set_m128i(y27, y9), _mm256_set_m128i(hv, y81)));
-#else
     u.q[0] = levels(x1);
     u.q[1] = levels(x3);
     u.q[2] = levels(x9);
@@ -897,8 +922,8 @@ struct FastTQ1_0 {
     u.q[5] = levels(_mm256_set_m128i(y3, y1));
     u.q[6] = levels(_mm256_set_m128i(y27, y9));
     u.q[7] = levels(_mm256_set_m128i(hv, y81));
-#endif
   }
+#endif
 };
 
 // TQ2_0: 2-bit fields q + 1, four per byte.
@@ -954,7 +979,10 @@ struct HasDot1<U, std::void_t<decltype(&U::dot1)>> : std::true_type {};
 // dotted with the C rows at once.
 template <class U, int C>
 void gemm_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, float* c, size_t ldc) {
-  const Books cb{&iq_codebooks(), &grid_codes()};
+  Books cb{&iq_codebooks(), &grid_codes()};
+#if !defined(__AVX512BW__)
+  if constexpr (C == 1 && std::is_same_v<U, FastIQ2_XXS>) cb.signed_iq2xxs = signed_iq2xxs_grid();
+#endif
   const BlockQ8_K* at[C];
   SPOOL_UNROLL for (int t = 0; t < C; ++t) at[t] = reinterpret_cast<const BlockQ8_K*>(a + t * as);
   for (int r = 0; r < nr; ++r) {
@@ -1060,6 +1088,116 @@ float vec_dot(int64_t n, const void* w, const void* a) {
   return c;
 }
 
+#if defined(__AVX512BW__)
+// ---- TQ1_0 on AVX-512: digits in their bytes' order -----------------------
+// FastTQ1_0::levels5 gets a block's 256 digits from one register of its 52
+// bytes and four multiples of it, so digit n of byte j sits in lane j of
+// register n: for j < 32 weight 32 n + j, for j < 48 weight 160 + 16 n +
+// (j - 32), for j < 52 (n < 4) weight 240 + 4 n + (j - 48). The activations
+// are laid out once per call to match (5 registers, unused lanes 0), with
+// each 32-bit lane's sum of them, which takes off the digits' + 1. Every
+// token count goes through tq1_dot on the same lanes: batch-invariant.
+constexpr size_t kTq1Act = 6 * 64;  // bytes per block of laid-out activations: 5 registers and the lane sums
+
+inline void tq1_arrange(const BlockQ8_K* a, int64_t nb, int8_t* out) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    const int8_t* x = a[i].qs;
+    int8_t* o = out + kTq1Act * i;
+    __m512i sum = _mm512_setzero_si512();
+    SPOOL_UNROLL for (int n = 0; n < 5; ++n) {
+      __m512i v = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i*)(x + 32 * n)));
+      v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(x + 160 + 16 * n)), 2);
+      if (n < 4) v = _mm512_inserti32x4(v, _mm_cvtsi32_si128((int)load32((const uint8_t*)x + 240 + 4 * n)), 3);
+      _mm512_storeu_si512(o + 64 * n, v);
+      sum = _mm512_dpbusd_epi32(sum, ones, v);
+    }
+    _mm512_storeu_si512(o + 320, sum);
+  }
+}
+
+// acc + one block's (levels l) products with one token's laid-out activations.
+inline Acc tq1_dot(const __m512i l[5], const int8_t* xr, float dw, float da, Acc acc) {
+  const __m512i z = _mm512_setzero_si512();
+  __m512i s0 = _mm512_dpbusd_epi32(z, l[0], _mm512_loadu_si512(xr));
+  __m512i s1 = _mm512_dpbusd_epi32(z, l[1], _mm512_loadu_si512(xr + 64));
+  s0 = _mm512_dpbusd_epi32(s0, l[2], _mm512_loadu_si512(xr + 128));
+  s1 = _mm512_dpbusd_epi32(s1, l[3], _mm512_loadu_si512(xr + 192));
+  s0 = _mm512_dpbusd_epi32(s0, l[4], _mm512_loadu_si512(xr + 256));
+  const __m512i q = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_loadu_si512(xr + 320));
+  return _mm512_fmadd_ps(_mm512_set1_ps(dw * da), _mm512_cvtepi32_ps(q), acc);
+}
+
+template <int C>
+void tq1_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const BlockQ8_K* const* at, const int8_t* xa,
+                float* c, size_t ldc) {
+  for (int r = 0; r < nr; ++r) {
+    const auto* b = reinterpret_cast<const BlockTQ1_0*>(w + r * ws);
+    Acc acc[C];
+    SPOOL_UNROLL for (int t = 0; t < C; ++t) acc[t] = acc_zero();
+    for (int64_t i = 0; i < nb; ++i) {
+      prefetch_ahead(b + i);
+      __m512i l[5];
+      FastTQ1_0::levels5(b[i], l);
+      const float dw = _cvtsh_ss(b[i].d);
+      SPOOL_UNROLL for (int t = 0; t < C; ++t) acc[t] = tq1_dot(l, xa + kTq1Act * (t * nb + i), dw, at[t][i].d, acc[t]);
+    }
+    SPOOL_UNROLL for (int t = 0; t < C; ++t) c[t * ldc + r] = hsum(acc[t]);
+  }
+}
+
+void tq1_tile(int64_t n, const void* w, size_t ws, int nr, const void* a, size_t as, int nc, float* c, size_t ldc) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const int64_t nb = n / kQKK;
+  thread_local std::vector<int8_t> xa;
+  thread_local std::vector<const BlockQ8_K*> at;
+  xa.resize(nc * nb * kTq1Act);
+  at.resize(nc);
+  for (int t = 0; t < nc; ++t) {
+    at[t] = reinterpret_cast<const BlockQ8_K*>(static_cast<const uint8_t*>(a) + t * as);
+    tq1_arrange(at[t], nb, xa.data() + kTq1Act * nb * t);
+  }
+  switch (nc) {
+    case 1: return tq1_direct<1>(nb, wb, ws, nr, at.data(), xa.data(), c, ldc);
+    case 2: return tq1_direct<2>(nb, wb, ws, nr, at.data(), xa.data(), c, ldc);
+    case 3: return tq1_direct<3>(nb, wb, ws, nr, at.data(), xa.data(), c, ldc);
+    case 4: return tq1_direct<4>(nb, wb, ws, nr, at.data(), xa.data(), c, ldc);
+    default: break;
+  }
+  // Prefill: kScratchRows rows' levels decoded once into L1, then every token.
+  thread_local std::vector<__m512i> lv;
+  thread_local std::vector<float> dw;
+  lv.resize(kScratchRows * nb * 5);
+  dw.resize(kScratchRows * nb);
+  for (int r0 = 0; r0 < nr; r0 += kScratchRows) {
+    const int rr = std::min(kScratchRows, nr - r0);
+    for (int r = 0; r < rr; ++r) {
+      const auto* b = reinterpret_cast<const BlockTQ1_0*>(wb + (r0 + r) * ws);
+      for (int64_t i = 0; i < nb; ++i) {
+        prefetch_ahead(b + i);
+        FastTQ1_0::levels5(b[i], &lv[(r * nb + i) * 5]);
+        dw[r * nb + i] = _cvtsh_ss(b[i].d);
+      }
+    }
+    for (int t = 0; t < nc; ++t) {
+      Acc acc[kScratchRows];
+      for (int r = 0; r < rr; ++r) acc[r] = acc_zero();
+      for (int64_t i = 0; i < nb; ++i) {
+        const int8_t* xr = xa.data() + kTq1Act * (t * nb + i);
+        for (int r = 0; r < rr; ++r) acc[r] = tq1_dot(&lv[(r * nb + i) * 5], xr, dw[r * nb + i], at[t][i].d, acc[r]);
+      }
+      for (int r = 0; r < rr; ++r) c[t * ldc + r0 + r] = hsum(acc[r]);
+    }
+  }
+}
+
+float tq1_vec_dot(int64_t n, const void* w, const void* a) {
+  float c;
+  tq1_tile(n, w, 0, 1, a, 0, 1, &c, 1);
+  return c;
+}
+#endif
+
 template <class U>
 void set(KernelTable& t, DType type) {
   TypeKernels& k = t.types[(uint32_t)type];
@@ -1078,7 +1216,12 @@ inline void fill_iq_kernels(KernelTable& t) {
   set<FastIQ1_S>(t, DType::IQ1_S);
   set<FastIQ1_M>(t, DType::IQ1_M);
   set<FastIQ4_XS>(t, DType::IQ4_XS);
+#if defined(__AVX512BW__)
+  t.types[(uint32_t)DType::TQ1_0].vec_dot = tq1_vec_dot;
+  t.types[(uint32_t)DType::TQ1_0].gemm_tile = tq1_tile;
+#else
   set<FastTQ1_0>(t, DType::TQ1_0);
+#endif
   set<FastTQ2_0>(t, DType::TQ2_0);
 }
 
