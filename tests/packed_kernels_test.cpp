@@ -27,7 +27,7 @@ namespace spool {
 namespace {
 
 const DType kTypes[] = {DType::F32, DType::F16, DType::Q4_0, DType::Q5_0, DType::Q8_0,
-                        DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::IQ4_NL};
 
 std::vector<float> random_floats(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

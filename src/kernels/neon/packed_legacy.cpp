@@ -1,11 +1,11 @@
-// Packed NEON kernels for Q4_0, Q8_0 and MXFP4 (prefill gemm and decode gemv
+// Packed NEON kernels for Q4_0, Q8_0, MXFP4 and IQ4_NL (prefill gemm and decode gemv
 // alike; design in neon/packed.h). A group block (4 rows x 32
 // elements) is the 4 row scales, then the levels as 16-byte registers of
 // 4 rows x one 4-byte chunk. Q4_0 keeps its nibbles (register m: chunk m in
 // the low nibbles, chunk m + 4 in the high ones, as in the original bytes)
 // and dots the 0..15 levels, each block's sum starting at -8 * sum(a) from
-// the activation row; MXFP4 keeps its nibbles too and looks them up in its
-// level table (tbl); Q8_0 keeps its signed levels (sdot is signed x signed).
+// the activation row; MXFP4 and IQ4_NL keep their nibbles too and look them
+// up in their level tables (tbl); Q8_0 keeps its signed levels (sdot is signed x signed).
 //
 // Two schedulings of the same tiles (bit-identical results):
 // - TiledPacked (default): the activation rows of a gemm call are copied
@@ -225,6 +225,8 @@ SPOOL_DOTPROD_GEMM(Q8_0Ops, false)
 SPOOL_DOTPROD_GEMM(Q8_0Ops, true)
 SPOOL_DOTPROD_GEMM(MXFP4Ops, false)
 SPOOL_DOTPROD_GEMM(MXFP4Ops, true)
+SPOOL_DOTPROD_GEMM(IQ4_NLOps, false)
+SPOOL_DOTPROD_GEMM(IQ4_NLOps, true)
 #undef SPOOL_DOTPROD_GEMM
 
 }  // namespace packed_neon
@@ -233,6 +235,7 @@ void fill_packed_legacy_neon_kernels(KernelTable& t) {
   t.types[(uint32_t)DType::Q4_0].packed = legacy_kernels<Q4_0Ops>();
   t.types[(uint32_t)DType::Q8_0].packed = legacy_kernels<Q8_0Ops>();
   t.types[(uint32_t)DType::MXFP4].packed = legacy_kernels<MXFP4Ops>();
+  t.types[(uint32_t)DType::IQ4_NL].packed = legacy_kernels<IQ4_NLOps>();
 }
 
 void fill_packed_neon_kernels(KernelTable& t) {

@@ -1,4 +1,4 @@
-// Shared by the NEON packed kernels of Q4_0, Q8_0 and MXFP4: the dotprod
+// Shared by the NEON packed kernels of Q4_0, Q8_0, MXFP4 and IQ4_NL: the dotprod
 // tiles (neon/packed_legacy.cpp) and the i8mm tiles
 // (neon/packed_legacy_i8mm.cpp) read the same group blocks and activation
 // rows. Design in neon/packed.h; include only from NEON files.
@@ -6,6 +6,13 @@
 
 #include "kernels/neon/packed.h"
 #include "kernels/ref/mxfp4.h"
+
+namespace spool::detail::packed_neon {
+// IQ4_NL's levels, as the format defines them (the reference reads the same
+// table from iq_codebooks.h; tests/packed_kernels_test.cpp compares the two
+// paths).
+inline constexpr int8_t kIq4nlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+}  // namespace spool::detail::packed_neon
 
 namespace spool::detail::packed_neon {
 
@@ -69,8 +76,25 @@ struct MXFP4Ops {
   }
 };
 
+// IQ4_NL: Q4_0's block layout (fp16 scale, the same nibble order) with the
+// nibbles looked up in the 16 non-linear levels (tbl), as MXFP4's.
+struct IQ4_NLOps {
+  static constexpr size_t kSrcBytes = sizeof(BlockIQ4_NL), kScaleBytes = 8;
+  static constexpr int kRegs = 4;
+  static constexpr bool kBias = false;
+  static float32x4_t scales(const uint8_t* blk) { return load_f16x4(blk); }
+  static void levels(const uint8_t* p, int8x16_t (&w)[8]) {
+    const int8x16_t table = vld1q_s8(kIq4nlLevels);
+    const uint8x16x4_t raw = vld1q_u8_x4(p);
+    SPOOL_UNROLL for (int m = 0; m < 4; ++m) {
+      w[m] = vqtbl1q_s8(table, vandq_u8(raw.val[m], vdupq_n_u8(0x0F)));
+      w[m + 4] = vqtbl1q_s8(table, vshrq_n_u8(raw.val[m], 4));
+    }
+  }
+};
+
 // The dotprod gemm of a type's packed layout (neon/packed_legacy.cpp; Ops:
-// Q4_0Ops, Q8_0Ops or MXFP4Ops): the token tiles, or with kV1 the row tiles
+// Q4_0Ops, Q8_0Ops, MXFP4Ops or IQ4_NLOps): the token tiles, or with kV1 the row tiles
 // of SPOOL_NEON_TILES=v1, as in the table's entry. The i8mm tiles run it for
 // 1-token calls, naming it at compile time.
 template <class Ops, bool kV1>

@@ -1,4 +1,4 @@
-// SMMLA (FEAT_I8MM) tiles for the packed Q4_0, Q8_0 and MXFP4 kernels, for
+// SMMLA (FEAT_I8MM) tiles for the packed Q4_0, Q8_0, MXFP4 and IQ4_NL kernels, for
 // calls of 2 or more tokens (prefill, batched decode); 1-token calls keep
 // the dotprod tiles (neon/packed_legacy.cpp). Same packed groups and
 // activation rows, so the layout does not depend on the CPU. Compiled with
@@ -254,6 +254,7 @@ void fill_packed_i8mm_neon_kernels(KernelTable& t) {
   install<Q4_0Ops>(t.types[(uint32_t)DType::Q4_0].packed);
   install<Q8_0Ops>(t.types[(uint32_t)DType::Q8_0].packed);
   install<MXFP4Ops>(t.types[(uint32_t)DType::MXFP4].packed);
+  install<IQ4_NLOps>(t.types[(uint32_t)DType::IQ4_NL].packed);
 }
 
 }  // namespace spool::detail
