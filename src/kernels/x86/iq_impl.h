@@ -130,10 +130,11 @@ struct GridCodes {
   alignas(16) int8_t lv_iq2xs[16], lv_iq2s[16], lv_iq3xxs[16], lv_iq3s[16];
   // The AVX2 one-token kernels: each 7-bit sign index (completed by its
   // parity bit) as 8 bytes of +1 / -1, for _mm256_sign_epi8 on activations,
-  // and the IQ1 levels 8 p + delta plus 9 (unsigned, for maddubs and
-  // vpdpbusd), one table per sign of delta: [0] delta = +1, [1] delta = -1.
+  // and the IQ1 grid plus one (levels 0, 1, 2: unsigned, for maddubs and
+  // vpdpbusd; one 16 KiB table measured faster than levels + 9 from two
+  // tables, one per shift sign, on both sets).
   alignas(64) uint64_t sign64[128];
-  alignas(64) uint64_t iq1s_plus9[2][2048];
+  alignas(64) uint64_t iq1s_plus1[2048];
 };
 
 template <size_t N, size_t W, class T>
@@ -166,12 +167,11 @@ inline const GridCodes& grid_codes() {
       for (int j = 0; j < 8; ++j) m |= (uint64_t)(cb.signs[i] >> j & 1 ? 0xff : 0x01) << (8 * j);
       c->sign64[i] = m;
     }
-    for (int neg = 0; neg < 2; ++neg)
-      for (int i = 0; i < 2048; ++i) {
-        uint64_t m = 0;
-        for (int j = 0; j < 8; ++j) m |= (uint64_t)(uint8_t)(8 * cb.iq1s[i][j] + (neg ? -1 : 1) + 9) << (8 * j);
-        c->iq1s_plus9[neg][i] = m;
-      }
+    for (int i = 0; i < 2048; ++i) {
+      uint64_t m = 0;
+      for (int j = 0; j < 8; ++j) m |= (uint64_t)(uint8_t)(cb.iq1s[i][j] + 1) << (8 * j);
+      c->iq1s_plus1[i] = m;
+    }
     return c;
   }();
   return *g;
@@ -684,14 +684,15 @@ struct FastIQ1_S {
     const __m256 l = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(h3, h3), _mm256_set1_epi32(1)));
     set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d) * 0.125f), l));
   }
-  // One token: the levels q = 8 p + delta (p in -1..1, delta +-1 per 32) plus
-  // 9 are unsigned (0..18), so they come from a table (one per sign of delta)
-  // straight into maddubs / vpdpbusd, and q . x = (q + 9) . x - 9 sum(x) with
-  // the activations' sums of 16. Exact, so equal to block_dot's sums.
 #if defined(__AVX512BW__)
+  // One token: with levels q = 8 p + delta (p in -1..1, delta +-1 per 32),
+  // q . x = 8 (p + 1) . x + (delta - 8) sum(x); p + 1 is unsigned, so the grid
+  // (plus one) goes into vpdpbusd as it is and the rest comes from the
+  // activations' sums of 16. Exact, so equal to block_dot's sums.
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
     Unpacked u;
     scales(b, u);
+    const uint64_t* grid = bk.gc->iq1s_plus1;
     const __m512i z = _mm512_setzero_si512();
     __m512i s[4];
     SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
@@ -699,7 +700,6 @@ struct FastIQ1_S {
       SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
         const int h = b.qh[2 * k + j];
         const uint8_t* q = b.qs + 8 * k + 4 * j;
-        const uint64_t* grid = bk.gc->iq1s_plus9[h >> 15];
         p[j] = grid4x8(grid, q[0] | (h & 7) << 8, q[1] | ((h >> 3) & 7) << 8, q[2] | ((h >> 6) & 7) << 8,
                        q[3] | ((h >> 9) & 7) << 8);
       }
@@ -709,31 +709,44 @@ struct FastIQ1_S {
     const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
     const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
     const __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
-    const __m512i bs = _mm512_srai_epi32(a.bias, 7);  // the sums of 16 in kScaleOrder
-    const __m512i sums = _mm512_sub_epi32(t3, _mm512_add_epi32(_mm512_slli_epi32(bs, 3), bs));
+    // delta - 8 per group of 32 (-9 where bit 15 of qh is set, else -7), in kScaleOrder
+    const __m256i neg = _mm256_srai_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 31);
+    const __m256i dm = _mm256_add_epi32(_mm256_set1_epi32(-7), _mm256_add_epi32(neg, neg));
+    const __m512i dq = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7),
+                                                _mm512_castsi256_si512(dm));
+    const __m512i sums = _mm512_add_epi32(_mm512_slli_epi32(t3, 3), _mm512_mullo_epi32(_mm512_srai_epi32(a.bias, 7), dq));
     return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), _mm512_cvtepi32_ps(sums), acc);
   }
 #else
+  // One token: with levels q = 8 p + delta (p in -1..1, delta +-1 per 32),
+  // q . x = 8 (p + 1) . x + (delta - 8) sum(x); p + 1 is unsigned, so the grid
+  // (plus one) goes into maddubs as it is and the rest comes from the
+  // activations' sums of 16. Exact, so equal to block_dot's sums.
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
     Unpacked u;
     scales(b, u);
+    const uint64_t* grid = bk.gc->iq1s_plus1;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i s[8], h[2];
     SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
       const int hb = b.qh[g];
       const uint8_t* q = b.qs + 4 * g;
-      const uint64_t* grid = bk.gc->iq1s_plus9[hb >> 15];
       const __m256i p = grid4x8(grid, q[0] | (hb & 7) << 8, q[1] | ((hb >> 3) & 7) << 8, q[2] | ((hb >> 6) & 7) << 8,
                                 q[3] | ((hb >> 9) & 7) << 8);
       s[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(p, _mm256_loadu_si256((const __m256i*)(a.x + 32 * g))), ones);
     }
     reduce16(s, h);
-    // 9 x the sums of 16 (|.| <= 18288: int16), in kScaleOrder within each half
-    const __m256i bs9 = _mm256_mullo_epi16(_mm256_loadu_si256((const __m256i*)a.bsums), _mm256_set1_epi16(9));
-    const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    h[0] = _mm256_sub_epi32(h[0], _mm256_permutevar8x32_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(bs9)), order));
-    h[1] = _mm256_sub_epi32(h[1],
-                            _mm256_permutevar8x32_epi32(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(bs9, 1)), order));
+    // delta - 8 per group: -9 where bit 15 of qh is set, else -7
+    const __m256i neg = _mm256_srai_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 31);
+    const __m256i dm = _mm256_add_epi32(_mm256_set1_epi32(-7), _mm256_add_epi32(neg, neg));
+    const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // kScaleOrder within each half
+    SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
+      const __m256i bs = _mm256_permutevar8x32_epi32(
+          _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)(a.bsums + 8 * j))), order);
+      const __m256i dj = _mm256_permutevar8x32_epi32(dm, _mm256_setr_epi32(4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3,
+                                                                           4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3));
+      h[j] = _mm256_add_epi32(_mm256_slli_epi32(h[j], 3), _mm256_mullo_epi32(bs, dj));
+    }
     return block_tail(h, u.sc, a, acc);
   }
 #endif
