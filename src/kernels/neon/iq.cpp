@@ -466,8 +466,9 @@ void gemm_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const uint8_t*
 }
 
 // Many activation rows (prefill): kScratchRows weight rows at a time are
-// decoded once into a per-thread scratch, then dotted with every activation
-// row, the rows side by side so that each activation block is read once.
+// decoded once into a per-thread scratch, then dotted with the activation
+// rows two at a time, the rows side by side, so that each register of
+// levels serves two tokens and each register of activations four rows.
 constexpr int kScratchRows = 4;
 
 // Scale vectors a format stores per block.
@@ -493,18 +494,95 @@ SPOOL_IQ_INLINE void load(Unpacked& u, const int8_t* lv, const int32_t* sc, cons
   u.d = *d;
 }
 
-template <class U, int R>
-void dot_rows(int64_t nb, const RowScratch& s, int64_t n, const BlockQ8_K* at, float* c) {
-  float acc[R] = {};
-  for (int64_t i = 0; i < nb; ++i) {
-    const BlockQ8_K& x = at[i];
-    SPOOL_UNROLL for (int r = 0; r < R; ++r) {
-      Unpacked u;
-      load<U>(u, s.lv.data() + r * n + kQKK * i, s.sc.data() + (r * nb + i) * 16, s.d.data() + r * nb + i);
-      acc[r] += block_term(block_isum<U>(u, x), u.d, x.d);
+// The integer sums of one block of R scratch rows (levels lv[r], scales
+// sc[r]) with T activation blocks y[t]: block_isum's sums, group by group,
+// each weight register loaded once for the T tokens and each activation
+// register once for the R rows.
+template <class U, int R, int T>
+SPOOL_IQ_INLINE void block_isums(const int8_t* const (&lv)[R], const int32_t* const (&sc)[R],
+                                 const BlockQ8_K* const (&y)[T], int32_t (&out)[R][T]) {
+  const int32x4_t z = vdupq_n_s32(0);
+  int32x4_t acc[R][T];
+  SPOOL_UNROLL for (int r = 0; r < R; ++r)
+    SPOOL_UNROLL for (int t = 0; t < T; ++t) acc[r][t] = z;
+  if constexpr (U::kGroup == 16 || U::kGroup == 32) {
+    constexpr int kRegs = U::kGroup / 16, kGroups = 16 / kRegs;  // registers per group, groups per block
+    SPOOL_UNROLL for (int q = 0; q < kGroups / 4; ++q) {  // groups 4q .. 4q + 3: lanes of scale vector q
+      int32x4_t scv[R];
+      SPOOL_UNROLL for (int r = 0; r < R; ++r) scv[r] = vld1q_s32(sc[r] + 4 * q);
+      SPOOL_UNROLL for (int l = 0; l < 4; ++l) {
+        const int g = 4 * q + l;
+        int8x16_t w[R][kRegs], x[T][kRegs];
+        SPOOL_UNROLL for (int r = 0; r < R; ++r)
+          SPOOL_UNROLL for (int k = 0; k < kRegs; ++k) w[r][k] = vld1q_s8(lv[r] + 16 * (kRegs * g + k));
+        SPOOL_UNROLL for (int t = 0; t < T; ++t)
+          SPOOL_UNROLL for (int k = 0; k < kRegs; ++k) x[t][k] = vld1q_s8(y[t]->qs + 16 * (kRegs * g + k));
+        SPOOL_UNROLL for (int r = 0; r < R; ++r) {
+          SPOOL_UNROLL for (int t = 0; t < T; ++t) {
+            int32x4_t p = vdotq_s32(z, w[r][0], x[t][0]);
+            if constexpr (kRegs == 2) p = vdotq_s32(p, w[r][1], x[t][1]);
+            switch (l) {
+              case 0: acc[r][t] = vmlaq_laneq_s32(acc[r][t], p, scv[r], 0); break;
+              case 1: acc[r][t] = vmlaq_laneq_s32(acc[r][t], p, scv[r], 1); break;
+              case 2: acc[r][t] = vmlaq_laneq_s32(acc[r][t], p, scv[r], 2); break;
+              default: acc[r][t] = vmlaq_laneq_s32(acc[r][t], p, scv[r], 3); break;
+            }
+          }
+        }
+      }
+    }
+  } else {
+    static_assert(U::kGroup == kQKK);
+    SPOOL_UNROLL for (int k = 0; k < 16; ++k) {
+      int8x16_t w[R], x[T];
+      SPOOL_UNROLL for (int r = 0; r < R; ++r) w[r] = vld1q_s8(lv[r] + 16 * k);
+      SPOOL_UNROLL for (int t = 0; t < T; ++t) x[t] = vld1q_s8(y[t]->qs + 16 * k);
+      SPOOL_UNROLL for (int r = 0; r < R; ++r)
+        SPOOL_UNROLL for (int t = 0; t < T; ++t) acc[r][t] = vdotq_s32(acc[r][t], w[r], x[t]);
+    }
+    if constexpr (Offset<U>::value) {
+      SPOOL_UNROLL for (int t = 0; t < T; ++t) {
+        const int32x4_t bs = vpaddlq_s16(vaddq_s16(vld1q_s16(y[t]->bsums), vld1q_s16(y[t]->bsums + 8)));
+        SPOOL_UNROLL for (int r = 0; r < R; ++r) acc[r][t] = vsubq_s32(acc[r][t], bs);
+      }
     }
   }
-  SPOOL_UNROLL for (int r = 0; r < R; ++r) c[r] = acc[r];
+  SPOOL_UNROLL for (int r = 0; r < R; ++r)
+    SPOOL_UNROLL for (int t = 0; t < T; ++t) out[r][t] = vaddvq_s32(acc[r][t]);
+}
+
+// R scratch rows against T activation rows (at[t], outputs c[t]).
+template <class U, int R, int T>
+void dot_rows(int64_t nb, const RowScratch& s, int64_t n, const BlockQ8_K* const (&at)[T], float* const (&c)[T]) {
+  float acc[R][T] = {};
+  for (int64_t i = 0; i < nb; ++i) {
+    const int8_t* lv[R];
+    const int32_t* sc[R];
+    SPOOL_UNROLL for (int r = 0; r < R; ++r) {
+      lv[r] = s.lv.data() + r * n + kQKK * i;
+      sc[r] = s.sc.data() + (r * nb + i) * 16;
+    }
+    const BlockQ8_K* y[T];
+    SPOOL_UNROLL for (int t = 0; t < T; ++t) y[t] = at[t] + i;
+    int32_t isum[R][T];
+    block_isums<U, R, T>(lv, sc, y, isum);
+    SPOOL_UNROLL for (int r = 0; r < R; ++r)
+      SPOOL_UNROLL for (int t = 0; t < T; ++t) acc[r][t] += block_term(isum[r][t], s.d[r * nb + i], y[t]->d);
+  }
+  SPOOL_UNROLL for (int r = 0; r < R; ++r)
+    SPOOL_UNROLL for (int t = 0; t < T; ++t) c[t][r] = acc[r][t];
+}
+
+// Rows rr (1-4) against T activation rows.
+template <class U, int T>
+void dot_rows_any(int rr, int64_t nb, const RowScratch& s, int64_t n, const BlockQ8_K* const (&at)[T],
+                  float* const (&c)[T]) {
+  switch (rr) {
+    case 4: return dot_rows<U, 4, T>(nb, s, n, at, c);
+    case 3: return dot_rows<U, 3, T>(nb, s, n, at, c);
+    case 2: return dot_rows<U, 2, T>(nb, s, n, at, c);
+    default: return dot_rows<U, 1, T>(nb, s, n, at, c);
+  }
 }
 
 template <class U>
@@ -526,15 +604,18 @@ void gemm_scratch(int64_t n, const uint8_t* w, size_t ws, int nr, const uint8_t*
         store<U>(u, s.lv.data() + r * n + kQKK * i, s.sc.data() + (r * nb + i) * 16, s.d.data() + r * nb + i);
       }
     }
-    for (int t = 0; t < nc; ++t) {
-      const auto* at = reinterpret_cast<const BlockQ8_K*>(a + t * as);
-      float* ct = c + t * ldc + r0;
-      switch (rr) {
-        case 4: dot_rows<U, 4>(nb, s, n, at, ct); break;
-        case 3: dot_rows<U, 3>(nb, s, n, at, ct); break;
-        case 2: dot_rows<U, 2>(nb, s, n, at, ct); break;
-        default: dot_rows<U, 1>(nb, s, n, at, ct); break;
-      }
+    // Tokens two at a time (the weight registers serve both), the last alone.
+    int t = 0;
+    for (; t + 2 <= nc; t += 2) {
+      const BlockQ8_K* const at[2] = {reinterpret_cast<const BlockQ8_K*>(a + t * as),
+                                      reinterpret_cast<const BlockQ8_K*>(a + (t + 1) * as)};
+      float* const ct[2] = {c + t * ldc + r0, c + (t + 1) * ldc + r0};
+      dot_rows_any<U, 2>(rr, nb, s, n, at, ct);
+    }
+    if (t < nc) {
+      const BlockQ8_K* const at[1] = {reinterpret_cast<const BlockQ8_K*>(a + t * as)};
+      float* const ct[1] = {c + t * ldc + r0};
+      dot_rows_any<U, 1>(rr, nb, s, n, at, ct);
     }
   }
   static_assert(kScratchRows == 4);
