@@ -470,14 +470,18 @@ SPOOL_IQ_INLINE void iq2_scales16(Unpacked& u, uint16_t d16, const uint8_t* scal
   set_scales_lohi(u, _mm256_mul_ps(_mm256_mul_ps(d, lo), q), _mm256_mul_ps(_mm256_mul_ps(d, hi), q));
 }
 
+// The scales of IQ2_XXS and IQ3_XXS, one per 32 weights in the top 4 bits of
+// their meta words: d * (l + 1/2) * f.
+SPOOL_IQ_INLINE void meta_scales8(Unpacked& u, uint16_t d16, __m256i meta, float f) {
+  const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
+  set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(d16)), l), _mm256_set1_ps(f)));
+}
+
 // IQ2_XXS: per 32 weights four 8-bit indices into a grid of 8 magnitudes, four
 // 7-bit sign indices and a 4-bit scale.
 struct FastIQ2_XXS {
   using Block = BlockIQ2_XXS;
-  static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) {
-    const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
-    set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.25f)));
-  }
+  static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) { meta_scales8(u, b.d, meta, 0.25f); }
 #if !defined(__AVX512BW__)
   // One token: each 8 weights are one load from a table of every grid point
   // under every sign pattern (256 x 128 points, 256 KiB: it lives in L2),
@@ -595,10 +599,7 @@ struct FastIQ2_S {
 // word of four 7-bit sign indices and a 4-bit scale.
 struct FastIQ3_XXS {
   using Block = BlockIQ3_XXS;
-  static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) {
-    const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
-    set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l), _mm256_set1_ps(0.5f)));
-  }
+  static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) { meta_scales8(u, b.d, meta, 0.5f); }
 #if !defined(__AVX512BW__)
   // One token: signs onto the activations, as FastIQ2_XXS::dot1.
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
