@@ -36,7 +36,7 @@ for mix in $mixes; do
   f=$dir/k2-${n_expert}x${layers}-$mix.gguf
   if [ ! -f "$f" ]; then
     echo "writing $f"
-    "$spool" synth --preset kimi-k2-scaled --target-size 64G --n-expert "$n_expert" --layers "$layers" --type "$mix" \
+    "$spool" synth --preset kimi-k2-scaled --target-size 26G --n-expert "$n_expert" --layers "$layers" --type "$mix" \
       -t 2 -o "$f" >"$out/synth-$mix.log" 2>&1 || die "synth $mix failed (see $out/synth-$mix.log)"
   fi
 done
