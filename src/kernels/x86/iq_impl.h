@@ -128,12 +128,9 @@ struct GridCodes {
   alignas(64) uint16_t iq3s[512];
   // Level of each field value, for a byte shuffle (16 entries, repeated).
   alignas(16) int8_t lv_iq2xs[16], lv_iq2s[16], lv_iq3xxs[16], lv_iq3s[16];
-  // The AVX2 one-token kernels: each 7-bit sign index (completed by its
-  // parity bit) as 8 bytes of +1 / -1, for _mm256_sign_epi8 on activations,
-  // and the IQ1 grid plus one (levels 0, 1, 2: unsigned, for maddubs and
-  // vpdpbusd; one 16 KiB table measured faster than levels + 9 from two
-  // tables, one per shift sign, on both sets).
-  alignas(64) uint64_t sign64[128];
+  // The IQ1 one-token kernels: the IQ1 grid plus one (levels 0, 1, 2:
+  // unsigned, for maddubs and vpdpbusd; one 16 KiB table measured faster than
+  // levels + 9 from two tables, one per shift sign, on both sets).
   alignas(64) uint64_t iq1s_plus1[2048];
 };
 
@@ -162,11 +159,6 @@ inline const GridCodes& grid_codes() {
     encode_grid(cb.iq2s, c->iq2s, c->lv_iq2s, 2);
     encode_grid(cb.iq3xxs, c->iq3xxs, c->lv_iq3xxs, 3);
     encode_grid(cb.iq3s, c->iq3s, c->lv_iq3s, 3);
-    for (int i = 0; i < 128; ++i) {
-      uint64_t m = 0;
-      for (int j = 0; j < 8; ++j) m |= (uint64_t)(cb.signs[i] >> j & 1 ? 0xff : 0x01) << (8 * j);
-      c->sign64[i] = m;
-    }
     for (int i = 0; i < 2048; ++i) {
       uint64_t m = 0;
       for (int j = 0; j < 8; ++j) m |= (uint64_t)(uint8_t)(cb.iq1s[i][j] + 1) << (8 * j);
@@ -413,6 +405,48 @@ inline Acc block_dot_one(const Unpacked& u, const Act& a, Acc acc) {
   const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_madd_epi16(t, ones), bsum));
   return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], a.d), f, acc);
 }
+
+// Integer scales, one per 32 weights (IQ2_XXS, IQ3_XXS): sc[0] holds the
+// eight odd scales 2 l + 1 as int16 pairs (bit pattern), sc[1] the block's
+// float factor. The 16-bit products of each 32 are multiplied by their scale
+// in madd and summed exactly over the block; one conversion per block.
+inline void set_int_scales8(Unpacked& u, __m256i l, float factor) {
+  const __m256i odd = _mm256_or_si256(_mm256_slli_epi32(l, 1), _mm256_set1_epi32(1));
+  u.sc[0] = _mm256_castsi256_ps(_mm256_or_si256(odd, _mm256_slli_epi32(odd, 16)));
+  u.sc[1] = _mm256_set1_ps(factor);
+}
+inline Acc int_scaled_tail(const __m256i p[8], const Unpacked& u, const Act& a, Acc acc) {
+  const __m256i ls = _mm256_castps_si256(u.sc[0]);
+  __m256i s[8];
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k)
+    s[k] = _mm256_madd_epi16(p[k], _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(k)));
+  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3])),
+                                     _mm256_add_epi32(_mm256_add_epi32(s[4], s[5]), _mm256_add_epi32(s[6], s[7])));
+  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(t), acc);
+}
+inline Acc block_dot_int(const Unpacked& u, const Act& a, Acc acc) {
+  __m256i p[8];
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
+    p[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k]));
+  }
+  return int_scaled_tail(p, u, a, acc);
+}
+// The 32 activations of group k with the signs of their weights applied;
+// sgb holds a block's 32 sign bytes (byte 4 k + j: weights 32 k + 8 j ..).
+// Bytes are spread by a shuffle and tested against their bit: no table loads.
+SPOOL_IQ_INLINE __m256i signed_act32(__m256i sgb, int k, const int8_t* x) {
+  const __m256i lane = _mm256_permute4x64_epi64(sgb, k < 4 ? 0x44 : 0xee);
+  const char o = (char)(4 * (k & 3));
+  const __m256i spread = _mm256_shuffle_epi8(
+      lane, _mm256_setr_epi8(o, o, o, o, o, o, o, o, o + 1, o + 1, o + 1, o + 1, o + 1, o + 1, o + 1, o + 1, o + 2,
+                             o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 3, o + 3, o + 3, o + 3, o + 3, o + 3,
+                             o + 3, o + 3));
+  const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+  const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
+  const __m256i v = _mm256_loadu_si256((const __m256i*)x);
+  return _mm256_sub_epi8(_mm256_xor_si256(v, neg), neg);
+}
 #endif
 
 // The block dot of format U.
@@ -420,10 +454,18 @@ template <class U, class = void>
 struct OneScale : std::false_type {};
 template <class U>
 struct OneScale<U, std::void_t<decltype(U::kOneScale)>> : std::bool_constant<U::kOneScale> {};
+template <class U, class = void>
+struct IntScales : std::false_type {};
+template <class U>
+struct IntScales<U, std::void_t<decltype(U::kIntScales)>> : std::bool_constant<U::kIntScales> {};
 template <class U>
 SPOOL_IQ_INLINE Acc dot(const Unpacked& u, const Act& a, Acc acc) {
   if constexpr (OneScale<U>::value) {
     return block_dot_one(u, a, acc);
+#if !defined(__AVX512BW__)
+  } else if constexpr (IntScales<U>::value) {
+    return block_dot_int(u, a, acc);
+#endif
   } else {
     return block_dot(u, a, acc);
   }
@@ -434,30 +476,8 @@ SPOOL_IQ_INLINE Acc dot(const Unpacked& u, const Act& a, Acc acc) {
 struct Books {
   const IqCodebooks* cb;
   const GridCodes* gc;
-  const uint64_t* signed_iq2xxs = nullptr;  // AVX2 only: see FastIQ2_XXS::dot1
 };
 
-#if !defined(__AVX512BW__)
-// The IQ2_XXS grid under every sign pattern: entry s << 8 | g is point g with
-// the signs of 7-bit sign index s (completed by its parity bit) applied.
-inline const uint64_t* signed_iq2xxs_grid() {
-  static const uint64_t* t = [] {
-    const IqCodebooks& cb = iq_codebooks();
-    auto* v = new uint64_t[128 * 256];
-    for (int sg = 0; sg < 128; ++sg)
-      for (int g = 0; g < 256; ++g) {
-        uint64_t m = 0;
-        for (int j = 0; j < 8; ++j) {
-          const int l = cb.iq2xxs[g][j];
-          m |= (uint64_t)(uint8_t)(int8_t)(cb.signs[sg] >> j & 1 ? -l : l) << (8 * j);
-        }
-        v[sg << 8 | g] = m;
-      }
-    return v;
-  }();
-  return t;
-}
-#endif
 // Each unpack(books, block, u) decodes one block into u.
 
 // The scales of the IQ2 types with 4-bit scales per 16 (IQ2_XS, IQ2_S):
@@ -473,35 +493,40 @@ SPOOL_IQ_INLINE void iq2_scales16(Unpacked& u, uint16_t d16, const uint8_t* scal
 // The scales of IQ2_XXS and IQ3_XXS, one per 32 weights in the top 4 bits of
 // their meta words: d * (l + 1/2) * f.
 SPOOL_IQ_INLINE void meta_scales8(Unpacked& u, uint16_t d16, __m256i meta, float f) {
+#if !defined(__AVX512BW__)
+  // as integers (see set_int_scales8): d * f / 2 * (2 l + 1)
+  set_int_scales8(u, _mm256_srli_epi32(meta, 28), _cvtsh_ss(d16) * (f * 0.5f));
+#else
   const __m256 l = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(meta, 28)), _mm256_set1_ps(0.5f));
   set_scales8(u, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(d16)), l), _mm256_set1_ps(f)));
+#endif
 }
 
 // IQ2_XXS: per 32 weights four 8-bit indices into a grid of 8 magnitudes, four
 // 7-bit sign indices and a 4-bit scale.
 struct FastIQ2_XXS {
   using Block = BlockIQ2_XXS;
+  static constexpr bool kIntScales = true;  // AVX2
   static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) { meta_scales8(u, b.d, meta, 0.25f); }
 #if !defined(__AVX512BW__)
-  // One token: each 8 weights are one load from a table of every grid point
-  // under every sign pattern (256 x 128 points, 256 KiB: it lives in L2),
-  // indexed by sign index << 8 | grid index, both straight from the block.
+  // One token: grid points (magnitudes) by plain loads from the 2 KiB grid,
+  // the signs applied to the activations from the block's sign bytes (no
+  // table), integer scales. A 256 KiB table of every point under every sign
+  // pattern (one load per 8 weights) measured 12 % slower at kernel level
+  // (bench/lowbit_kernel_bench.cpp): its loads miss L1.
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
     Unpacked u;
-    scales(b, meta_words(b.qs), u);
+    const __m256i meta = meta_words(b.qs);
+    scales(b, meta, u);
+    const __m256i sgb = sign_bytes_7bit(meta);
     const auto* raw = reinterpret_cast<const uint8_t*>(b.qs);
-    const uint64_t* sgrid = bk.signed_iq2xxs;
-    __m256i s[8], h[2];
+    const auto* grid = (const uint64_t*)bk.cb->iq2xxs;
+    __m256i p[8];
     SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
       const uint8_t* i = raw + 8 * k;
-      const uint32_t m = load32(i + 4);
-      const __m256i q = grid4x8(sgrid, (m << 8 & 0x7f00) | i[0], (m << 1 & 0x7f00) | i[1], (m >> 6 & 0x7f00) | i[2],
-                                (m >> 13 & 0x7f00) | i[3]);
-      const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
-      s[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)), _mm256_set1_epi16(1));
+      p[k] = _mm256_maddubs_epi16(grid4x8(grid, i[0], i[1], i[2], i[3]), signed_act32(sgb, k, a.x + 32 * k));
     }
-    reduce16(s, h);
-    return block_tail(h, u.sc, a, acc);
+    return int_scaled_tail(p, u, a, acc);
   }
 #endif
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
@@ -599,26 +624,23 @@ struct FastIQ2_S {
 // word of four 7-bit sign indices and a 4-bit scale.
 struct FastIQ3_XXS {
   using Block = BlockIQ3_XXS;
+  static constexpr bool kIntScales = true;  // AVX2
   static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) { meta_scales8(u, b.d, meta, 0.5f); }
 #if !defined(__AVX512BW__)
   // One token: signs onto the activations, as FastIQ2_XXS::dot1.
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
     Unpacked u;
-    const uint8_t* meta = b.qs + kQKK / 4;
-    scales(b, _mm256_loadu_si256((const __m256i*)meta), u);
+    const __m256i meta = _mm256_loadu_si256((const __m256i*)(b.qs + kQKK / 4));
+    scales(b, meta, u);
+    const __m256i sgb = sign_bytes_7bit(meta);
     const auto* grid = (const uint32_t*)bk.cb->iq3xxs;
-    const uint64_t* s64 = bk.gc->sign64;
-    __m256i s[8], h[2];
+    __m256i p[8];
     SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
       const uint8_t* q = b.qs + 8 * k;
       const int i[8] = {q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7]};
-      const uint32_t m = load32(meta + 4 * k);
-      const __m256i sg = _mm256_set_epi64x((long long)s64[m >> 21 & 127], (long long)s64[m >> 14 & 127],
-                                           (long long)s64[m >> 7 & 127], (long long)s64[m & 127]);
-      s[k] = dot32_signed(grid8x4(grid, i), sg, a.x + 32 * k);
+      p[k] = _mm256_maddubs_epi16(grid8x4(grid, i), signed_act32(sgb, k, a.x + 32 * k));
     }
-    reduce16(s, h);
-    return block_tail(h, u.sc, a, acc);
+    return int_scaled_tail(p, u, a, acc);
   }
 #endif
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
@@ -994,9 +1016,6 @@ struct HasDot1<U, std::void_t<decltype(&U::dot1)>> : std::true_type {};
 template <class U, int C>
 void gemm_direct(int64_t nb, const uint8_t* w, size_t ws, int nr, const uint8_t* a, size_t as, float* c, size_t ldc) {
   Books cb{&iq_codebooks(), &grid_codes()};
-#if !defined(__AVX512BW__)
-  if constexpr (C == 1 && std::is_same_v<U, FastIQ2_XXS>) cb.signed_iq2xxs = signed_iq2xxs_grid();
-#endif
   const BlockQ8_K* at[C];
   SPOOL_UNROLL for (int t = 0; t < C; ++t) at[t] = reinterpret_cast<const BlockQ8_K*>(a + t * as);
   for (int r = 0; r < nr; ++r) {
