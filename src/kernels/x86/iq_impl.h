@@ -415,14 +415,9 @@ inline void set_int_scales8(Unpacked& u, __m256i l, float factor) {
   u.sc[0] = _mm256_castsi256_ps(_mm256_or_si256(odd, _mm256_slli_epi32(odd, 16)));
   u.sc[1] = _mm256_set1_ps(factor);
 }
+inline __m256i int_scaled_sum(const __m256i p[8], const Unpacked& u);
 inline Acc int_scaled_tail(const __m256i p[8], const Unpacked& u, const Act& a, Acc acc) {
-  const __m256i ls = _mm256_castps_si256(u.sc[0]);
-  __m256i s[8];
-  SPOOL_UNROLL for (int k = 0; k < 8; ++k)
-    s[k] = _mm256_madd_epi16(p[k], _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(k)));
-  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3])),
-                                     _mm256_add_epi32(_mm256_add_epi32(s[4], s[5]), _mm256_add_epi32(s[6], s[7])));
-  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(t), acc);
+  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(int_scaled_sum(p, u)), acc);
 }
 inline Acc block_dot_int(const Unpacked& u, const Act& a, Acc acc) {
   __m256i p[8];
@@ -431,6 +426,31 @@ inline Acc block_dot_int(const Unpacked& u, const Act& a, Acc acc) {
     p[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k]));
   }
   return int_scaled_tail(p, u, a, acc);
+}
+// The same with the block's sum taken to one integer before its conversion
+// (IQ1_S: its one-token kernel gets that sum in other lanes, see FastIQ1_S).
+inline Acc int_total_tail(__m256i t, const Unpacked& u, const Act& a, Acc acc) {
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  const __m256 v = _mm256_zextps128_ps256(_mm_cvtepi32_ps(_mm_and_si128(h, _mm_setr_epi32(-1, 0, 0, 0))));
+  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), v, acc);
+}
+inline __m256i int_scaled_sum(const __m256i p[8], const Unpacked& u) {
+  const __m256i ls = _mm256_castps_si256(u.sc[0]);
+  __m256i s[8];
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k)
+    s[k] = _mm256_madd_epi16(p[k], _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(k)));
+  return _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3])),
+                          _mm256_add_epi32(_mm256_add_epi32(s[4], s[5]), _mm256_add_epi32(s[6], s[7])));
+}
+inline Acc block_dot_int_total(const Unpacked& u, const Act& a, Acc acc) {
+  __m256i p[8];
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
+    p[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k]));
+  }
+  return int_total_tail(int_scaled_sum(p, u), u, a, acc);
 }
 // The 32 activations of group k with the signs of their weights applied;
 // sgb holds a block's 32 sign bytes (byte 4 k + j: weights 32 k + 8 j ..).
@@ -464,7 +484,11 @@ SPOOL_IQ_INLINE Acc dot(const Unpacked& u, const Act& a, Acc acc) {
     return block_dot_one(u, a, acc);
 #if !defined(__AVX512BW__)
   } else if constexpr (IntScales<U>::value) {
-    return block_dot_int(u, a, acc);
+    if constexpr (U::kIntTotal) {
+      return block_dot_int_total(u, a, acc);
+    } else {
+      return block_dot_int(u, a, acc);
+    }
 #endif
   } else {
     return block_dot(u, a, acc);
@@ -506,7 +530,7 @@ SPOOL_IQ_INLINE void meta_scales8(Unpacked& u, uint16_t d16, __m256i meta, float
 // 7-bit sign indices and a 4-bit scale.
 struct FastIQ2_XXS {
   using Block = BlockIQ2_XXS;
-  static constexpr bool kIntScales = true;  // AVX2
+  static constexpr bool kIntScales = true, kIntTotal = false;  // AVX2
   static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) { meta_scales8(u, b.d, meta, 0.25f); }
 #if !defined(__AVX512BW__)
   // One token: grid points (magnitudes) by plain loads from the 2 KiB grid,
@@ -624,7 +648,7 @@ struct FastIQ2_S {
 // word of four 7-bit sign indices and a 4-bit scale.
 struct FastIQ3_XXS {
   using Block = BlockIQ3_XXS;
-  static constexpr bool kIntScales = true;  // AVX2
+  static constexpr bool kIntScales = true, kIntTotal = false;  // AVX2
   static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) { meta_scales8(u, b.d, meta, 0.5f); }
 #if !defined(__AVX512BW__)
   // One token: signs onto the activations, as FastIQ2_XXS::dot1.
@@ -700,12 +724,17 @@ struct FastIQ3_S {
 // a 3-bit scale and the sign of the +-1/8 shift (levels 8 * point +- 1).
 struct FastIQ1_S {
   using Block = BlockIQ1_S;
+  static constexpr bool kIntScales = true, kIntTotal = true;  // AVX2
   static SPOOL_IQ_INLINE void scales(const Block& b, Unpacked& u) {
     // d * (2 * ((qh >> 12) & 7) + 1) / 8 per 32 weights
     const __m256i h3 = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 12),
                                         _mm256_set1_epi32(7));
+#if defined(__AVX512BW__)
     const __m256 l = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(h3, h3), _mm256_set1_epi32(1)));
     set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d) * 0.125f), l));
+#else
+    set_int_scales8(u, h3, _cvtsh_ss(b.d) * 0.125f);
+#endif
   }
 #if defined(__AVX512BW__)
   // One token: with levels q = 8 p + delta (p in -1..1, delta +-1 per 32),
@@ -743,34 +772,30 @@ struct FastIQ1_S {
 #else
   // One token: with levels q = 8 p + delta (p in -1..1, delta +-1 per 32),
   // q . x = 8 (p + 1) . x + (delta - 8) sum(x); p + 1 is unsigned, so the grid
-  // (plus one) goes into maddubs as it is and the rest comes from the
-  // activations' sums of 16. Exact, so equal to block_dot's sums.
+  // (plus one) goes into maddubs as it is, and the rest, scaled, comes from
+  // the activations' sums of 16 in one madd. The block's integer total is the
+  // one block_dot_int_total gets from the levels.
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
     Unpacked u;
     scales(b, u);
     const uint64_t* grid = bk.gc->iq1s_plus1;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i s[8], h[2];
+    __m256i p[8];
     SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
       const int hb = b.qh[g];
       const uint8_t* q = b.qs + 4 * g;
-      const __m256i p = grid4x8(grid, q[0] | (hb & 7) << 8, q[1] | ((hb >> 3) & 7) << 8, q[2] | ((hb >> 6) & 7) << 8,
-                                q[3] | ((hb >> 9) & 7) << 8);
-      s[g] = _mm256_madd_epi16(_mm256_maddubs_epi16(p, _mm256_loadu_si256((const __m256i*)(a.x + 32 * g))), ones);
+      p[g] = _mm256_maddubs_epi16(grid4x8(grid, q[0] | (hb & 7) << 8, q[1] | ((hb >> 3) & 7) << 8,
+                                          q[2] | ((hb >> 6) & 7) << 8, q[3] | ((hb >> 9) & 7) << 8),
+                                  _mm256_loadu_si256((const __m256i*)(a.x + 32 * g)));
     }
-    reduce16(s, h);
-    // delta - 8 per group: -9 where bit 15 of qh is set, else -7
-    const __m256i neg = _mm256_srai_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 31);
-    const __m256i dm = _mm256_add_epi32(_mm256_set1_epi32(-7), _mm256_add_epi32(neg, neg));
-    const __m256i order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);  // kScaleOrder within each half
-    SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
-      const __m256i bs = _mm256_permutevar8x32_epi32(
-          _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i*)(a.bsums + 8 * j))), order);
-      const __m256i dj = _mm256_permutevar8x32_epi32(dm, _mm256_setr_epi32(4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3,
-                                                                           4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3));
-      h[j] = _mm256_add_epi32(_mm256_slli_epi32(h[j], 3), _mm256_mullo_epi32(bs, dj));
-    }
-    return block_tail(h, u.sc, a, acc);
+    // per sum of 16 (group j / 2): (2 l + 1) (delta - 8), delta - 8 = -9 where bit 15 of qh is set, else -7
+    const __m128i qh = _mm_loadu_si128((const __m128i*)b.qh);
+    const __m128i l = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1),
+                                   _mm_set1_epi16(1));
+    const __m128i dm = _mm_add_epi16(_mm_set1_epi16(-7), _mm_slli_epi16(_mm_srai_epi16(qh, 15), 1));
+    const __m256i coef = _mm256_cvtepu16_epi32(_mm_mullo_epi16(l, dm));  // one per group, in 32-bit lanes
+    const __m256i c16 = _mm256_or_si256(_mm256_and_si256(coef, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(coef, 16));
+    const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)a.bsums), c16);
+    return int_total_tail(_mm256_add_epi32(_mm256_slli_epi32(int_scaled_sum(p, u), 3), corr), u, a, acc);
   }
 #endif
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
