@@ -932,10 +932,11 @@ struct FastIQ4_XS {
 // top base-3 digit of the byte times 3^n (taken as (v * 3) >> 8: 0, 1 or 2).
 struct FastTQ1_0 {
   using Block = BlockTQ1_0;
-  // The digit of each byte of v (q + 1, as block_dot_one takes the levels),
-  // by two signed compares.
-  static __m256i levels(__m256i v) {
-    const __m256i t = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+  // The digit of each byte v (q + 1, as block_dot_one takes the levels) from
+  // t = v ^ 0x80, by two signed compares. Multiplying by 3 commutes with the
+  // bias (3 * 128 = 128 mod 256), so a block is biased once, before its
+  // powers of 3 are taken.
+  static __m256i levels(__m256i t) {
     const __m256i ge86 = _mm256_cmpgt_epi8(t, _mm256_set1_epi8((char)(85 ^ 0x80)));
     const __m256i ge171 = _mm256_cmpgt_epi8(t, _mm256_set1_epi8((char)(170 ^ 0x80)));
     return _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), ge86), ge171);
@@ -967,12 +968,13 @@ struct FastTQ1_0 {
     set_scales8(u, _mm256_set1_ps(_cvtsh_ss(b.d)));
     // Weights 0-159: the five digits of qs[0..31]; 160-239: those of qs[32..47];
     // 240-255: the four digits of qh[0..3].
-    const __m256i x1 = _mm256_loadu_si256((const __m256i*)b.qs), x3 = times3(x1), x9 = times3(x3), x27 = times3(x9),
-                  x81 = times3(x27);
-    const __m128i y1 = _mm_loadu_si128((const __m128i*)(b.qs + 32)), y3 = times3(y1), y9 = times3(y3),
-                  y27 = times3(y9), y81 = times3(y27);
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    const __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b.qs), bias), x3 = times3(x1),
+                  x9 = times3(x3), x27 = times3(x9), x81 = times3(x27);
+    const __m128i y1 = _mm_xor_si128(_mm_loadu_si128((const __m128i*)(b.qs + 32)), _mm256_castsi256_si128(bias)),
+                  y3 = times3(y1), y9 = times3(y3), y27 = times3(y9), y81 = times3(y27);
     // qh's four bytes times 1, 3, 9, 27 in the four dwords: digits 0-3 in order.
-    const __m128i h1 = _mm_set1_epi32((int)load32(b.qh));
+    const __m128i h1 = _mm_set1_epi32((int)(load32(b.qh) ^ 0x80808080u));
     const __m128i h3 = times3(h1), h9 = times3(h3), h27 = times3(h9);
     const __m128i hv = _mm_blend_epi32(_mm_blend_epi32(h1, h3, 0x2), _mm_blend_epi32(h9, h27, 0x8), 0xc);
     u.q[0] = levels(x1);
