@@ -1,10 +1,14 @@
-// The avx2 table's kernels of the low-bit types (x86/iq_impl.h compiled with
-// the avx2 flags).
+// The avx2 table's kernels of the low-bit types (x86/iq_impl.h and
+// x86/iq_q8_0_impl.h compiled with the avx2 flags).
 #define SPOOL_X86_ISA avx2
 #include "kernels/x86/iq_impl.h"
+#include "kernels/x86/iq_q8_0_impl.h"
 
 namespace spool::detail {
 
-void fill_iq_avx2_kernels(KernelTable& t) { avx2::fill_iq_kernels(t); }
+void fill_iq_avx2_kernels(KernelTable& t) {
+  avx2::fill_iq_kernels(t);
+  avx2::fill_iq_q8_0_kernels(t);
+}
 
 }  // namespace spool::detail

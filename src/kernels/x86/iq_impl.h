@@ -23,7 +23,9 @@
 // on AVX2, IQ1_S on AVX-512) that skips the signed levels: signs go onto the
 // activations, or the levels are offset to be unsigned and the offset comes
 // off with the activations' sums. Their integer sums are exact and equal to
-// block_dot's, so the float tail (shared) gives the same result. TQ1_0 on
+// block_dot's, so the float tail (shared) gives the same result. On AVX2,
+// IQ2_XXS, IQ3_XXS and IQ1_S keep their scales as integers (2 l + 1 per 32,
+// kIntScales): madd multiplies them in and a block converts once. TQ1_0 on
 // AVX-512 has a tile of its own (tq1_tile): its digits stay in the lanes of
 // their bytes, and the activations are laid out to match once per call.
 #pragma once
@@ -1258,37 +1260,6 @@ float tq1_vec_dot(int64_t n, const void* w, const void* a) {
 }
 #endif
 
-// ---- IQ4_NL (blocks of 32 against Q8_0) --------------------------------------
-// A block's 32 nibbles looked up in the 16 levels by one byte shuffle, dotted
-// with the Q8_0 block (|levels|, |activations| <= 127: maddubs is exact).
-// Rows go one by one through the generic tile, so results are batch-invariant.
-float iq4nl_vec_dot(int64_t n, const void* w, const void* a) {
-  const auto* x = static_cast<const BlockIQ4_NL*>(w);
-  const auto* y = static_cast<const BlockQ8_0*>(a);
-  const __m256i lv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)iq_codebooks().iq4nl));
-  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t nb = n / kQK4NL;
-  auto block = [&](int64_t i) {
-    const __m128i q = _mm_loadu_si128((const __m128i*)x[i].qs);
-    const __m256i v = _mm256_shuffle_epi8(lv, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low));
-    const __m256i yq = _mm256_loadu_si256((const __m256i*)y[i].qs);
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(yq, v)), ones);
-    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * _cvtsh_ss(y[i].d)), _mm256_cvtepi32_ps(p));
-  };
-  int64_t i = 0;
-  for (; i + 1 < nb; i += 2) {
-    acc0 = _mm256_add_ps(acc0, block(i));
-    acc1 = _mm256_add_ps(acc1, block(i + 1));
-  }
-  if (i < nb) acc0 = _mm256_add_ps(acc0, block(i));
-  const __m256 acc = _mm256_add_ps(acc0, acc1);
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
-
 template <class U>
 void set(KernelTable& t, DType type) {
   TypeKernels& k = t.types[(uint32_t)type];
@@ -1307,7 +1278,6 @@ inline void fill_iq_kernels(KernelTable& t) {
   set<FastIQ1_S>(t, DType::IQ1_S);
   set<FastIQ1_M>(t, DType::IQ1_M);
   set<FastIQ4_XS>(t, DType::IQ4_XS);
-  t.types[(uint32_t)DType::IQ4_NL].vec_dot = iq4nl_vec_dot;  // the generic tile runs it per row
 #if defined(__AVX512BW__)
   t.types[(uint32_t)DType::TQ1_0].vec_dot = tq1_vec_dot;
   t.types[(uint32_t)DType::TQ1_0].gemm_tile = tq1_tile;
