@@ -29,12 +29,6 @@ inline float hsum8(__m256 acc) {
   return _mm_cvtss_f32(h);
 }
 
-inline uint32_t bits32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // Eight partial sums (int32) of the 32 products of Q8_0 activations and
 // levels given as unsigned u minus an offset of 1 (Q2_0) or as signs.
 inline __m256i sum32(__m256i v16) { return _mm256_madd_epi16(v16, _mm256_set1_epi16(1)); }
@@ -73,9 +67,6 @@ float iq4nl_vec_dot(int64_t n, const void* w, const void* a) {
 float q1_0_vec_dot(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ1_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  // byte j of 32: bit j % 8 of byte j / 8
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                                          3, 3, 3, 3, 3, 3, 3);
   const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
   const __m256i ones = _mm256_set1_epi8(1);
   __m256 acc = _mm256_setzero_ps();
@@ -83,16 +74,23 @@ float q1_0_vec_dot(int64_t n, const void* w, const void* a) {
   for (int64_t i = 0; i < nb; ++i) {
     const BlockQ8_0* yb = y + 4 * i;
     __m256i s[4];
-    for (int k = 0; k < 4; ++k) {
-      const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits32(x[i].qs + 4 * k)), spread);
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)x[i].qs));
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
+      // byte j of 32: bit j % 8 of byte 4 k + j / 8
+      const char b0 = (char)(4 * k), b1 = (char)(b0 + 1), b2 = (char)(b0 + 2), b3 = (char)(b0 + 3);
+      const __m256i b = _mm256_shuffle_epi8(q, _mm256_setr_epi8(b0, b0, b0, b0, b0, b0, b0, b0, b1, b1, b1, b1, b1, b1, b1,
+                                                                b1, b2, b2, b2, b2, b2, b2, b2, b2, b3, b3, b3, b3, b3, b3,
+                                                                b3, b3));
       const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), _mm256_setzero_si256());
       const __m256i v = _mm256_loadu_si256((const __m256i*)yb[k].qs);
-      s[k] = sum32(_mm256_maddubs_epi16(ones, _mm256_sub_epi8(_mm256_xor_si256(v, clear), clear)));
+      s[k] = _mm256_maddubs_epi16(ones, _mm256_sub_epi8(_mm256_xor_si256(v, clear), clear));  // pairs, |.| <= 254
     }
-    // lanes: k = 0..3 in each half (sums of the low and high 16 of each 32)
-    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    // sums of 8 (|.| <= 1016) by two 16-bit horizontal adds, then of 16: in
+    // each half, lanes k = 0..3 (the low and high 16 of each 32)
+    const __m256i h = sum32(_mm256_hadd_epi16(_mm256_hadd_epi16(s[0], s[1]), _mm256_hadd_epi16(s[2], s[3])));
     const __m128 d4 = _mm_mul_ps(_mm_set1_ps(_cvtsh_ss(x[i].d)),
-                                 _mm_setr_ps(_cvtsh_ss(yb[0].d), _cvtsh_ss(yb[1].d), _cvtsh_ss(yb[2].d), _cvtsh_ss(yb[3].d)));
+                                 _mm_cvtph_ps(_mm_setr_epi16((short)yb[0].d, (short)yb[1].d, (short)yb[2].d,
+                                                             (short)yb[3].d, 0, 0, 0, 0)));
     acc = _mm256_fmadd_ps(_mm256_set_m128(d4, d4), _mm256_cvtepi32_ps(h), acc);
   }
   return hsum8(acc);
