@@ -417,17 +417,44 @@ inline void set_int_scales8(Unpacked& u, __m256i l, float factor) {
   u.sc[0] = _mm256_castsi256_ps(_mm256_or_si256(odd, _mm256_slli_epi32(odd, 16)));
   u.sc[1] = _mm256_set1_ps(factor);
 }
-inline __m256i int_scaled_sum(const __m256i p[8], const Unpacked& u);
-inline Acc int_scaled_tail(const __m256i p[8], const Unpacked& u, const Act& a, Acc acc) {
-  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(int_scaled_sum(p, u)), acc);
+// With a scale per 16 (IQ2_XS, IQ2_S; Per16), word k of sc[0] holds the
+// scales of weights 32 k .. 32 k + 15 (low half) and 32 k + 16 .. (high).
+inline void set_int_scales16(Unpacked& u, __m256i lo, __m256i hi, float factor) {
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i odd_lo = _mm256_or_si256(_mm256_slli_epi32(lo, 1), one);
+  const __m256i odd_hi = _mm256_or_si256(_mm256_slli_epi32(hi, 1), one);
+  u.sc[0] = _mm256_castsi256_ps(_mm256_or_si256(odd_lo, _mm256_slli_epi32(odd_hi, 16)));
+  u.sc[1] = _mm256_set1_ps(factor);
 }
+// The madd operand of group k: its scale in every word (Per16: the low
+// half's scale in the low 128 bits, the high half's in the high 128 bits).
+template <bool Per16>
+SPOOL_IQ_INLINE __m256i group_scale(__m256i ls, int k) {
+  const __m256i v = _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(k));
+  if constexpr (!Per16) return v;
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
+                                                 2, 3, 2, 3, 2, 3, 2, 3));
+}
+template <bool Per16 = false>
+inline __m256i int_scaled_sum(const __m256i p[8], const Unpacked& u) {
+  const __m256i ls = _mm256_castps_si256(u.sc[0]);
+  __m256i s[8];
+  SPOOL_UNROLL for (int k = 0; k < 8; ++k) s[k] = _mm256_madd_epi16(p[k], group_scale<Per16>(ls, k));
+  return _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3])),
+                          _mm256_add_epi32(_mm256_add_epi32(s[4], s[5]), _mm256_add_epi32(s[6], s[7])));
+}
+template <bool Per16 = false>
+inline Acc int_scaled_tail(const __m256i p[8], const Unpacked& u, const Act& a, Acc acc) {
+  return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(int_scaled_sum<Per16>(p, u)), acc);
+}
+template <bool Per16>
 inline Acc block_dot_int(const Unpacked& u, const Act& a, Acc acc) {
   __m256i p[8];
   SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
     const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
     p[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k]));
   }
-  return int_scaled_tail(p, u, a, acc);
+  return int_scaled_tail<Per16>(p, u, a, acc);
 }
 // The same with the block's sum taken to one integer before its conversion
 // (IQ1_S: its one-token kernel gets that sum in other lanes, see FastIQ1_S).
@@ -437,14 +464,6 @@ inline Acc int_total_tail(__m256i t, const Unpacked& u, const Act& a, Acc acc) {
   h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
   const __m256 v = _mm256_zextps128_ps256(_mm_cvtepi32_ps(_mm_and_si128(h, _mm_setr_epi32(-1, 0, 0, 0))));
   return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), v, acc);
-}
-inline __m256i int_scaled_sum(const __m256i p[8], const Unpacked& u) {
-  const __m256i ls = _mm256_castps_si256(u.sc[0]);
-  __m256i s[8];
-  SPOOL_UNROLL for (int k = 0; k < 8; ++k)
-    s[k] = _mm256_madd_epi16(p[k], _mm256_permutevar8x32_epi32(ls, _mm256_set1_epi32(k)));
-  return _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3])),
-                          _mm256_add_epi32(_mm256_add_epi32(s[4], s[5]), _mm256_add_epi32(s[6], s[7])));
 }
 inline Acc block_dot_int_total(const Unpacked& u, const Act& a, Acc acc) {
   __m256i p[8];
@@ -489,7 +508,7 @@ SPOOL_IQ_INLINE Acc dot(const Unpacked& u, const Act& a, Acc acc) {
     if constexpr (U::kIntTotal) {
       return block_dot_int_total(u, a, acc);
     } else {
-      return block_dot_int(u, a, acc);
+      return block_dot_int<U::kPer16>(u, a, acc);
     }
 #endif
   } else {
@@ -510,10 +529,15 @@ struct Books {
 // d * (l + 1/2) / 4, low nibbles and high nibbles of 8 bytes.
 SPOOL_IQ_INLINE void iq2_scales16(Unpacked& u, uint16_t d16, const uint8_t* scales) {
   const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)scales));
+#if !defined(__AVX512BW__)
+  // as integers (set_int_scales16): d / 8 * (2 l + 1)
+  set_int_scales16(u, _mm256_and_si256(b, _mm256_set1_epi32(0xf)), _mm256_srli_epi32(b, 4), _cvtsh_ss(d16) * 0.125f);
+#else
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16)), half = _mm256_set1_ps(0.5f), q = _mm256_set1_ps(0.25f);
   const __m256 lo = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0xf))), half);
   const __m256 hi = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), half);
   set_scales_lohi(u, _mm256_mul_ps(_mm256_mul_ps(d, lo), q), _mm256_mul_ps(_mm256_mul_ps(d, hi), q));
+#endif
 }
 
 // The scales of IQ2_XXS and IQ3_XXS, one per 32 weights in the top 4 bits of
@@ -532,7 +556,7 @@ SPOOL_IQ_INLINE void meta_scales8(Unpacked& u, uint16_t d16, __m256i meta, float
 // 7-bit sign indices and a 4-bit scale.
 struct FastIQ2_XXS {
   using Block = BlockIQ2_XXS;
-  static constexpr bool kIntScales = true, kIntTotal = false;  // AVX2
+  static constexpr bool kIntScales = true, kIntTotal = false, kPer16 = false;  // AVX2
   static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) { meta_scales8(u, b.d, meta, 0.25f); }
 #if !defined(__AVX512BW__)
   // One token: grid points (magnitudes) by plain loads from the 2 KiB grid,
@@ -586,6 +610,32 @@ struct FastIQ2_XXS {
 // scales per 16.
 struct FastIQ2_XS {
   using Block = BlockIQ2_XS;
+  static constexpr bool kIntScales = true, kIntTotal = false, kPer16 = true;  // AVX2
+#if !defined(__AVX512BW__)
+  // One token: the 32 sign bytes built in vectors (index completed by its
+  // parity bit) and put onto the activations; grid points by plain loads.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    iq2_scales16(u, b.d, b.scales);
+    __m256i sb[2];
+    SPOOL_UNROLL for (int h = 0; h < 2; ++h) {
+      const __m256i f = _mm256_srli_epi16(_mm256_loadu_si256((const __m256i*)(b.qs + 16 * h)), 9);
+      __m256i par = _mm256_xor_si256(f, _mm256_srli_epi16(f, 4));
+      par = _mm256_xor_si256(par, _mm256_srli_epi16(par, 2));
+      par = _mm256_xor_si256(par, _mm256_srli_epi16(par, 1));
+      sb[h] = _mm256_or_si256(f, _mm256_slli_epi16(_mm256_and_si256(par, _mm256_set1_epi16(1)), 7));
+    }
+    const __m256i sgb = _mm256_permute4x64_epi64(_mm256_packus_epi16(sb[0], sb[1]), 0xd8);
+    const auto* grid = (const uint64_t*)bk.cb->iq2xs;
+    __m256i p[8];
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+      const uint16_t* v = b.qs + 4 * k;
+      p[k] = _mm256_maddubs_epi16(grid4x8(grid, v[0] & 511, v[1] & 511, v[2] & 511, v[3] & 511),
+                                  signed_act32(sgb, k, a.x + 32 * k));
+    }
+    return int_scaled_tail<true>(p, u, a, acc);
+  }
+#endif
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     iq2_scales16(u, b.d, b.scales);
 #if defined(__AVX512BW__)
@@ -617,6 +667,25 @@ struct FastIQ2_XS {
 // explicit sign byte (after the indices); 4-bit scales per 16.
 struct FastIQ2_S {
   using Block = BlockIQ2_S;
+  static constexpr bool kIntScales = true, kIntTotal = false, kPer16 = true;  // AVX2
+#if !defined(__AVX512BW__)
+  // One token: the explicit sign bytes onto the activations.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    iq2_scales16(u, b.d, b.scales);
+    const __m256i sgb = _mm256_loadu_si256((const __m256i*)(b.qs + kQKK / 8));
+    const auto* grid = (const uint64_t*)bk.cb->iq2s;
+    __m256i p[8];
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+      const uint8_t* q = b.qs + 4 * k;
+      const int h = b.qh[k];
+      p[k] = _mm256_maddubs_epi16(grid4x8(grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300),
+                                          q[2] | (h << 4 & 0x300), q[3] | (h << 2 & 0x300)),
+                                  signed_act32(sgb, k, a.x + 32 * k));
+    }
+    return int_scaled_tail<true>(p, u, a, acc);
+  }
+#endif
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     iq2_scales16(u, b.d, b.scales);
     const uint8_t* signs = b.qs + kQKK / 8;
@@ -650,7 +719,7 @@ struct FastIQ2_S {
 // word of four 7-bit sign indices and a 4-bit scale.
 struct FastIQ3_XXS {
   using Block = BlockIQ3_XXS;
-  static constexpr bool kIntScales = true, kIntTotal = false;  // AVX2
+  static constexpr bool kIntScales = true, kIntTotal = false, kPer16 = false;  // AVX2
   static SPOOL_IQ_INLINE void scales(const Block& b, __m256i meta, Unpacked& u) { meta_scales8(u, b.d, meta, 0.5f); }
 #if !defined(__AVX512BW__)
   // One token: signs onto the activations, as FastIQ2_XXS::dot1.
@@ -696,10 +765,41 @@ struct FastIQ3_XXS {
 // explicit signs, 4-bit scales per 32: d * (1 + 2 l).
 struct FastIQ3_S {
   using Block = BlockIQ3_S;
-  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+  static constexpr bool kIntScales = true, kIntTotal = false, kPer16 = false;  // AVX2
+  // d * (2 l + 1) per 32 weights
+  static SPOOL_IQ_INLINE void scales(const Block& b, Unpacked& u) {
     const __m256i l = nibbles8(load32(b.scales));
+#if defined(__AVX512BW__)
     const __m256 l21 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(l, l), _mm256_set1_epi32(1)));
     set_scales8(u, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), l21));
+#else
+    set_int_scales8(u, l, _cvtsh_ss(b.d));
+#endif
+  }
+  // index m: qs[m] with bit m % 8 of qh[m / 8] as bit 8
+  static SPOOL_IQ_INLINE void indices8(const Block& b, int k, int i[8]) {
+    const uint8_t* q = b.qs + 8 * k;
+    const int h = b.qh[k];
+    SPOOL_UNROLL for (int j = 0; j < 8; ++j) i[j] = q[j] | (h << (8 - j) & 256);
+  }
+#if !defined(__AVX512BW__)
+  // One token: the explicit sign bytes onto the activations.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    scales(b, u);
+    const __m256i sgb = _mm256_loadu_si256((const __m256i*)b.signs);
+    const auto* grid = (const uint32_t*)bk.cb->iq3s;
+    __m256i p[8];
+    SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
+      int i[8];
+      indices8(b, k, i);
+      p[k] = _mm256_maddubs_epi16(grid8x4(grid, i), signed_act32(sgb, k, a.x + 32 * k));
+    }
+    return int_scaled_tail(p, u, a, acc);
+  }
+#endif
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+    scales(b, u);
 #if defined(__AVX512BW__)
     const uint64_t qh = load64(b.qh);
     SPOOL_UNROLL for (int h = 0; h < 2; ++h) {
@@ -712,10 +812,8 @@ struct FastIQ3_S {
 #else
     const auto* grid = (const uint32_t*)bk.cb->iq3s;
     SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
-      const uint8_t* q = b.qs + 8 * k;
-      const int h = b.qh[k];
-      const int i[8] = {q[0] | (h << 8 & 256), q[1] | (h << 7 & 256), q[2] | (h << 6 & 256), q[3] | (h << 5 & 256),
-                        q[4] | (h << 4 & 256), q[5] | (h << 3 & 256), q[6] | (h << 2 & 256), q[7] | (h << 1 & 256)};
+      int i[8];
+      indices8(b, k, i);
       u.q[k] = signed32(grid8x4(grid, i), load32(b.signs + 4 * k));
     }
 #endif
@@ -726,7 +824,7 @@ struct FastIQ3_S {
 // a 3-bit scale and the sign of the +-1/8 shift (levels 8 * point +- 1).
 struct FastIQ1_S {
   using Block = BlockIQ1_S;
-  static constexpr bool kIntScales = true, kIntTotal = true;  // AVX2
+  static constexpr bool kIntScales = true, kIntTotal = true, kPer16 = false;  // AVX2
   static SPOOL_IQ_INLINE void scales(const Block& b, Unpacked& u) {
     // d * (2 * ((qh >> 12) & 7) + 1) / 8 per 32 weights
     const __m256i h3 = _mm256_and_si256(_mm256_srli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)b.qh)), 12),
