@@ -477,7 +477,8 @@ inline Acc block_dot_int_total(const Unpacked& u, const Act& a, Acc acc) {
 // sgb holds a block's 32 sign bytes (byte 4 k + j: weights 32 k + 8 j ..).
 // Bytes are spread by a shuffle and tested against their bit: no table loads.
 SPOOL_IQ_INLINE __m256i signed_act32(__m256i sgb, int k, const int8_t* x) {
-  const __m256i lane = _mm256_permute4x64_epi64(sgb, k < 4 ? 0x44 : 0xee);
+  // (both immediates spelled out: clang wants a constant even after inlining)
+  const __m256i lane = k < 4 ? _mm256_permute4x64_epi64(sgb, 0x44) : _mm256_permute4x64_epi64(sgb, 0xee);
   const char o = (char)(4 * (k & 3));
   const __m256i spread = _mm256_shuffle_epi8(
       lane, _mm256_setr_epi8(o, o, o, o, o, o, o, o, o + 1, o + 1, o + 1, o + 1, o + 1, o + 1, o + 1, o + 1, o + 2,
