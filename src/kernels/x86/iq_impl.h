@@ -24,8 +24,9 @@
 // activations, or the levels are offset to be unsigned and the offset comes
 // off with the activations' sums. Their integer sums are exact and equal to
 // block_dot's, so the float tail (shared) gives the same result. On AVX2,
-// IQ2_XXS, IQ3_XXS and IQ1_S keep their scales as integers (2 l + 1 per 32,
-// kIntScales): madd multiplies them in and a block converts once. TQ1_0 on
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S and IQ1_S keep their scales as
+// integers (2 l + 1 per 32 or per 16, kIntScales): madd multiplies them in
+// and a block converts once. TQ1_0 on
 // AVX-512 has a tile of its own (tq1_tile): its digits stay in the lanes of
 // their bytes, and the activations are laid out to match once per call.
 #pragma once
@@ -408,17 +409,12 @@ inline Acc block_dot_one(const Unpacked& u, const Act& a, Acc acc) {
   return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[0], a.d), f, acc);
 }
 
-// Integer scales, one per 32 weights (IQ2_XXS, IQ3_XXS): sc[0] holds the
-// eight odd scales 2 l + 1 as int16 pairs (bit pattern), sc[1] the block's
-// float factor. The 16-bit products of each 32 are multiplied by their scale
-// in madd and summed exactly over the block; one conversion per block.
-inline void set_int_scales8(Unpacked& u, __m256i l, float factor) {
-  const __m256i odd = _mm256_or_si256(_mm256_slli_epi32(l, 1), _mm256_set1_epi32(1));
-  u.sc[0] = _mm256_castsi256_ps(_mm256_or_si256(odd, _mm256_slli_epi32(odd, 16)));
-  u.sc[1] = _mm256_set1_ps(factor);
-}
-// With a scale per 16 (IQ2_XS, IQ2_S; Per16), word k of sc[0] holds the
-// scales of weights 32 k .. 32 k + 15 (low half) and 32 k + 16 .. (high).
+// Integer scales (kIntScales: IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S):
+// sc[0] holds odd scales 2 l + 1 as int16 pairs (bit pattern), dword k for
+// weights 32 k .. 32 k + 31 (low word: the first 16, high word: the next 16;
+// equal with one scale per 32), sc[1] the block's float factor. The 16-bit
+// products of each 32 are multiplied by their scale in madd and summed
+// exactly over the block; one conversion per block.
 inline void set_int_scales16(Unpacked& u, __m256i lo, __m256i hi, float factor) {
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i odd_lo = _mm256_or_si256(_mm256_slli_epi32(lo, 1), one);
@@ -426,6 +422,7 @@ inline void set_int_scales16(Unpacked& u, __m256i lo, __m256i hi, float factor) 
   u.sc[0] = _mm256_castsi256_ps(_mm256_or_si256(odd_lo, _mm256_slli_epi32(odd_hi, 16)));
   u.sc[1] = _mm256_set1_ps(factor);
 }
+inline void set_int_scales8(Unpacked& u, __m256i l, float factor) { set_int_scales16(u, l, l, factor); }
 // The madd operand of group k: its scale in every word (Per16: the low
 // half's scale in the low 128 bits, the high half's in the high 128 bits).
 template <bool Per16>
@@ -447,13 +444,17 @@ template <bool Per16 = false>
 inline Acc int_scaled_tail(const __m256i p[8], const Unpacked& u, const Act& a, Acc acc) {
   return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), _mm256_cvtepi32_ps(int_scaled_sum<Per16>(p, u)), acc);
 }
-template <bool Per16>
-inline Acc block_dot_int(const Unpacked& u, const Act& a, Acc acc) {
-  __m256i p[8];
+// The 16-bit pair products of a block's signed levels with the activations.
+SPOOL_IQ_INLINE void level_products(const Unpacked& u, const Act& a, __m256i p[8]) {
   SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
     const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
     p[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k]));
   }
+}
+template <bool Per16>
+inline Acc block_dot_int(const Unpacked& u, const Act& a, Acc acc) {
+  __m256i p[8];
+  level_products(u, a, p);
   return int_scaled_tail<Per16>(p, u, a, acc);
 }
 // The same with the block's sum taken to one integer before its conversion
@@ -467,10 +468,7 @@ inline Acc int_total_tail(__m256i t, const Unpacked& u, const Act& a, Acc acc) {
 }
 inline Acc block_dot_int_total(const Unpacked& u, const Act& a, Acc acc) {
   __m256i p[8];
-  SPOOL_UNROLL for (int k = 0; k < 8; ++k) {
-    const __m256i x = _mm256_loadu_si256((const __m256i*)(a.x + 32 * k));
-    p[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(u.q[k]), _mm256_sign_epi8(x, u.q[k]));
-  }
+  level_products(u, a, p);
   return int_total_tail(int_scaled_sum(p, u), u, a, acc);
 }
 // The 32 activations of group k with the signs of their weights applied;
