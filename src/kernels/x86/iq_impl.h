@@ -561,8 +561,9 @@ struct FastIQ2_XXS {
   // One token: grid points (magnitudes) by plain loads from the 2 KiB grid,
   // the signs applied to the activations from the block's sign bytes (no
   // table), integer scales. A 256 KiB table of every point under every sign
-  // pattern (one load per 8 weights) measured 12 % slower at kernel level
-  // (bench/lowbit_kernel_bench.cpp): its loads miss L1.
+  // pattern (one load per 8 weights) took about 10 % more time at kernel
+  // level (bench/lowbit_kernel_bench.cpp, Zen 5); presumably its loads miss
+  // L1 (not measured: no hardware counters in that VM).
   static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
     Unpacked u;
     const __m256i meta = meta_words(b.qs);
