@@ -110,6 +110,12 @@ inline uint64_t load64(const uint8_t* p) {
   std::memcpy(&v, p, 8);
   return v;
 }
+// v, with the compiler no longer knowing its value (keeps a constant operand
+// in a register as written; see FastTQ1_0::dot1).
+SPOOL_IQ_INLINE __m256i opaque(__m256i v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
 inline uint32_t load32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -1037,8 +1043,8 @@ struct FastTQ1_0 {
   // bias (3 * 128 = 128 mod 256), so a block is biased once, before its
   // powers of 3 are taken.
   static __m256i levels(__m256i t) {
-    const __m256i ge86 = _mm256_cmpgt_epi8(t, _mm256_set1_epi8((char)(85 ^ 0x80)));
-    const __m256i ge171 = _mm256_cmpgt_epi8(t, _mm256_set1_epi8((char)(170 ^ 0x80)));
+    const __m256i ge86 = _mm256_cmpgt_epi8(t, opaque(_mm256_set1_epi8((char)(85 ^ 0x80))));
+    const __m256i ge171 = _mm256_cmpgt_epi8(t, opaque(_mm256_set1_epi8((char)(170 ^ 0x80))));
     return _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), ge86), ge171);
   }
   static __m256i times3(__m256i v) { return _mm256_add_epi8(v, _mm256_add_epi8(v, v)); }
@@ -1064,6 +1070,43 @@ struct FastTQ1_0 {
   }
 #else
   static constexpr bool kOneScale = true;
+  // One token: each register of digits goes into maddubs as it is made, so few
+  // stay live. The integers and lanes are those of unpack + block_dot_one.
+  static SPOOL_IQ_INLINE Acc dot1(const Books&, const Block& b, const Act& a, Acc acc) {
+    // Thresholds hidden from the compiler, which otherwise turns one of the
+    // two compares into min + compare-equal.
+    const __m256i c85 = opaque(_mm256_set1_epi8((char)(85 ^ 0x80)));
+    const __m256i c170 = opaque(_mm256_set1_epi8((char)(170 ^ 0x80)));
+    const auto digits = [&](__m256i t) {
+      return _mm256_sub_epi8(_mm256_sub_epi8(_mm256_setzero_si256(), _mm256_cmpgt_epi8(t, c85)),
+                             _mm256_cmpgt_epi8(t, c170));
+    };
+    const auto prod = [&](__m256i t, int k) {
+      return _mm256_maddubs_epi16(digits(t), _mm256_loadu_si256((const __m256i*)(a.x + 32 * k)));
+    };
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b.qs), bias);
+    __m256i s = prod(x, 0);
+    SPOOL_UNROLL for (int k = 1; k < 5; ++k) {
+      x = times3(x);
+      s = _mm256_add_epi16(s, prod(x, k));
+    }
+    // qs[32..47] in the low lane, qh's dword in every dword of the high lane:
+    // times 1, 3, 9, 27 and 81 give unpack's registers 5-7 by lane moves.
+    const __m256i w1 = _mm256_xor_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)(b.qs + 32))),
+                                _mm_set1_epi32((int)load32(b.qh)), 1),
+        bias);
+    const __m256i w3 = times3(w1), w9 = times3(w3), w27 = times3(w9), w81 = times3(w27);
+    s = _mm256_add_epi16(s, prod(_mm256_permute2x128_si256(w1, w3, 0x20), 5));
+    s = _mm256_add_epi16(s, prod(_mm256_permute2x128_si256(w9, w27, 0x20), 6));
+    const __m256i h = _mm256_blend_epi32(_mm256_blend_epi32(w1, w3, 0x20), _mm256_blend_epi32(w9, w27, 0x80), 0xc0);
+    s = _mm256_add_epi16(s, prod(_mm256_blend_epi32(w81, h, 0xf0), 7));
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i bsum = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)a.bsums), ones);
+    const __m256 f = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_madd_epi16(s, ones), bsum));
+    return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(b.d)), a.d), f, acc);
+  }
   static SPOOL_IQ_INLINE void unpack(const Books&, const Block& b, Unpacked& u) {
     set_scales8(u, _mm256_set1_ps(_cvtsh_ss(b.d)));
     // Weights 0-159: the five digits of qs[0..31]; 160-239: those of qs[32..47];
