@@ -239,6 +239,10 @@ typedef struct spool_engine_options {
   int32_t max_batch_tokens; /* tokens per step, decodes + prefill chunks (default 512) */
   int32_t max_waiting;      /* queued requests at most; beyond it submit gives SPOOL_ERR_QUEUE_FULL (default 64) */
   int32_t prefix_cache;     /* reuse KV blocks of earlier requests with the same prefix (default 1) */
+  /* Later fields (a struct_size that ends at prefix_cache, from programs built before them, is accepted): */
+  const char* kv_disk_dir;  /* KV disk tier: full prefix blocks saved here and read back instead of recomputed,
+                               across evictions and restarts (NULL, default: off). Not for hybrid models. */
+  uint64_t kv_disk_bytes;   /* the tier's files kept within this (0 with a kv_disk_dir: 1 GiB) */
 } spool_engine_options;
 SPOOL_API void spool_engine_options_init(spool_engine_options* options);
 

@@ -2,6 +2,7 @@
 // concurrent requests: submit with a callback or for polling, poll, cancel,
 // stats (include/spool.h).
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 
 #include "capi/capi_internal.h"
@@ -17,7 +18,9 @@ EngineOptions engine_options(const spool_model& model, const spool_engine_option
   const int train = model.model->config().n_ctx_train;
   opt.n_ctx = std::min(train > 0 ? train : 4096, 4096);
   if (!o) return opt;
-  if (o->struct_size != sizeof(spool_engine_options))
+  // The struct as this library knows it, or as it was before kv_disk_dir (programs built before it).
+  const size_t before_kv_disk = offsetof(spool_engine_options, kv_disk_dir);
+  if (o->struct_size != sizeof(spool_engine_options) && o->struct_size != before_kv_disk)
     fail(SPOOL_ERR_INVALID_ARGUMENT, "spool_engine_options.struct_size is " + std::to_string(o->struct_size) +
                                          ", expected " + std::to_string(sizeof(spool_engine_options)) +
                                          " (fill the struct with spool_engine_options_init)");
@@ -30,6 +33,10 @@ EngineOptions engine_options(const spool_model& model, const spool_engine_option
   opt.max_batch_tokens = std::max(o->max_batch_tokens, o->max_running);
   opt.max_waiting = o->max_waiting;
   opt.prefix_cache = o->prefix_cache != 0;
+  if (o->struct_size > before_kv_disk && o->kv_disk_dir && *o->kv_disk_dir) {
+    opt.kv_disk_dir = o->kv_disk_dir;
+    opt.kv_disk_bytes = o->kv_disk_bytes ? o->kv_disk_bytes : (1ull << 30);
+  }
   return opt;
 }
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/huge_alloc.h"
@@ -75,6 +76,16 @@ class PagedKvCache final : public KvCache {
   void set_hint(int block, int steps_until_use);
   void clear_hints() { std::fill(hint_.begin(), hint_.end(), 0); }
   int hint(int block) const { return hint_[block]; }
+
+  // One block's bytes as the pool holds them: its K rows of every layer, and
+  // its V rows of every layer (empty for MLA). The KV disk tier saves and
+  // restores blocks through these.
+  std::span<uint8_t> block_k(int block) {
+    return {k_base(block, 0), (size_t)shape_.n_layer * k_block_layer_bytes()};
+  }
+  std::span<uint8_t> block_v(int block) {
+    return {v_block_layer_bytes() ? v_base(block, 0) : nullptr, (size_t)shape_.n_layer * v_block_layer_bytes()};
+  }
 
   // Low-level pool operations (tests, prefix cache).
   int alloc();  // a block with refcount 1; -1 when none is free or evictable

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -123,6 +124,23 @@ class EngineImpl final : public Engine {
     stats_.prefix_cache = so.prefix_cache;
     so.kv_hints = opt_.kv_hints;
     sched_ = std::make_unique<Scheduler>(so, *kv_);
+    if (!opt_.kv_disk_dir.empty()) {
+      if (!so.prefix_cache || hybrid) {
+        std::fprintf(stderr, "spool: kv-disk: off (%s)\n",
+                     hybrid ? "models with a recurrent state do not use it yet" : "the prefix cache is off");
+      } else {
+        KvDiskOptions d;
+        d.dir = opt_.kv_disk_dir;
+        d.max_bytes = opt_.kv_disk_bytes;
+        d.block_size = opt_.block_size;
+        d.block_bytes = bb;
+        d.fingerprint = kv_fingerprint(model_, shape, opt_.block_size);
+        disk_ = std::make_unique<KvDiskTier>(d);
+        sched_->set_disk_tier(disk_.get());
+        stats_.kv_disk = true;
+        stats_.kv_disk_stats = disk_->stats();
+      }
+    }
     stats_.kv_blocks_total = kv_->n_blocks();
     stats_.kv_bytes = kv_->bytes_allocated();
     thread_ = std::thread([this] { loop(); });
@@ -172,7 +190,9 @@ class EngineImpl final : public Engine {
 
   EngineStats stats() const override {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    return stats_;
+    EngineStats s = stats_;
+    if (disk_) s.kv_disk_stats = disk_->stats();  // live: its writer runs after the steps that queued the blocks
+    return s;
   }
   Model& model() override { return model_; }
   const EngineOptions& options() const override { return opt_; }
@@ -414,6 +434,10 @@ class EngineImpl final : public Engine {
     stats_.kv_blocks_cached = kv_->n_cached();
     stats_.preemptions = sched_->preemptions();
     stats_.prefix_hit_tokens = sched_->prefix_hit_tokens();
+    if (disk_) {
+      stats_.kv_disk_hit_tokens = sched_->disk_hit_tokens();
+      stats_.kv_disk_stats = disk_->stats();
+    }
     if (const RecurrentState* rs = kv_->recurrent()) {
       stats_.recurrent_state_bytes = rs->bytes_allocated();
       stats_.recurrent_sequences = rs->n_active();
@@ -450,6 +474,7 @@ class EngineImpl final : public Engine {
   Model& model_;
   EngineOptions opt_;
   std::unique_ptr<PagedKvCache> kv_;
+  std::unique_ptr<KvDiskTier> disk_;  // before sched_: the scheduler uses it until destroyed
   std::unique_ptr<Scheduler> sched_;
   std::thread thread_;
 

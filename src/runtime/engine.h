@@ -20,6 +20,7 @@
 #include "grammar/token_mask.h"
 #include "model/model.h"
 #include "runtime/latency_histogram.h"
+#include "runtime/kv_disk.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 
@@ -87,6 +88,12 @@ struct EngineOptions {
   // read sets the requests routed to it aside until the read lands and goes on
   // with the others (WeightStore::set_read_stall_ms); 0: every pass waits.
   int read_stall_ms = 0;
+  // KV disk tier (runtime/kv_disk.h): full prefix blocks saved under this
+  // directory and loaded instead of recomputed, across evictions and
+  // restarts; "" = off. Its files are kept within kv_disk_bytes. Models with
+  // a recurrent state (hybrid) do not use it yet.
+  std::string kv_disk_dir;
+  uint64_t kv_disk_bytes = 0;
 };
 
 struct EngineStats {
@@ -111,6 +118,9 @@ struct EngineStats {
   uint64_t state_snapshot_bytes = 0;
   uint64_t state_snapshot_hits = 0, state_snapshot_misses = 0;
   bool prefix_cache = false;          // prefix reuse in effect
+  bool kv_disk = false;               // the KV disk tier in effect
+  uint64_t kv_disk_hit_tokens = 0;    // prompt tokens whose KV was loaded from disk
+  KvDiskStats kv_disk_stats;
   // Latencies since start, seconds: time to first token, time between tokens.
   LatencyHistogram ttft{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
   LatencyHistogram inter_token{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};

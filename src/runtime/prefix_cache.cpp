@@ -63,6 +63,7 @@ uint64_t PrefixCache::insert(uint64_t parent, const int32_t* block_tokens, int b
   by_key_[key] = Entry{block, parent, std::vector<int32_t>(block_tokens, block_tokens + bs)};
   key_of_block_[block] = key;
   kv_.set_cached(block, true);
+  if (on_insert) on_insert(key, parent, block_tokens, block);
   return key;
 }
 

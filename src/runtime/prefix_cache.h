@@ -43,6 +43,8 @@ class PrefixCache {
   int size() const { return (int)by_key_.size(); }
   // Called with a block's key when eviction drops it from the index (state snapshots keyed by it go too).
   std::function<void(uint64_t key)> on_forget;
+  // Called when insert() adds an entry (the KV disk tier saves the block).
+  std::function<void(uint64_t key, uint64_t parent, const int32_t* tokens, int block)> on_insert;
 
  private:
   struct Entry { int block; uint64_t parent; std::vector<int32_t> tokens; };

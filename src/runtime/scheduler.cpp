@@ -230,6 +230,7 @@ void Scheduler::admit_waiting(std::vector<StepChunk>& plan, int& budget) {
       matched = prefix_->match(r->tokens, (int)keys.size());
       // Another request is computing the next block of this prefix right now: wait for it, then share it.
       if (matched.size() < keys.size() && inflight.count(keys[matched.size()])) continue;
+      if (disk_) load_from_disk(r, keys, matched);
     }
     const int n_tok = (int)r->tokens.size();
     const int cached = snapshot_prefix(r, keys, matched, std::min((int)matched.size() * bs, n_tok - 1));
@@ -276,6 +277,46 @@ void Scheduler::admit_waiting(std::vector<StepChunk>& plan, int& budget) {
       budget -= n;
     }
   }
+}
+
+bool Scheduler::set_disk_tier(KvDiskTier* disk) {
+  if (!prefix_ || kv_.recurrent()) return false;
+  disk_ = disk;
+  if (!disk_) {
+    prefix_->on_insert = nullptr;
+    return true;
+  }
+  prefix_->on_insert = [this](uint64_t key, uint64_t parent, const int32_t* tokens, int block) {
+    if (!disk_->contains(key))
+      disk_->store(key, parent, {tokens, (size_t)kv_.block_size()}, kv_.block_k(block), kv_.block_v(block));
+  };
+  return true;
+}
+
+void Scheduler::load_from_disk(const SchedRequest* r, const std::vector<uint64_t>& keys, std::vector<int>& matched) {
+  const int bs = kv_.block_size();
+  // Only blocks before the last prompt token: that one is recomputed for its logits anyway.
+  const size_t limit = std::min(keys.size(), (size_t)(((int)r->tokens.size() - 1) / bs));
+  if (matched.size() >= limit || !disk_->contains(keys[matched.size()])) return;
+  // The matched blocks are pinned while fresh blocks are taken: alloc() may reclaim unreferenced cached blocks.
+  for (int b : matched) kv_.ref(b);
+  std::vector<int> loaded;
+  for (size_t i = matched.size(); i < limit; ++i) {
+    const uint64_t parent = i == 0 ? PrefixCache::kRoot : keys[i - 1];
+    const int32_t* t = r->tokens.data() + i * bs;
+    if (prefix_->contains(keys[i])) break;  // indexed under another block (a hash collision): recompute
+    const int b = kv_.alloc();
+    if (b < 0) break;
+    if (!disk_->load(keys[i], parent, {t, (size_t)bs}, kv_.block_k(b), kv_.block_v(b))) {
+      kv_.unref(b);
+      break;
+    }
+    prefix_->insert(parent, t, b);
+    loaded.push_back(b);
+    matched.push_back(b);
+  }
+  for (int b : matched) kv_.unref(b);  // back to the LRU (most recent) until append_shared takes them
+  disk_hit_tokens_ += (uint64_t)loaded.size() * bs;
 }
 
 std::vector<StepChunk> Scheduler::plan() {

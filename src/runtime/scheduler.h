@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "model/kv_paged.h"
+#include "runtime/kv_disk.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/state_snapshots.h"
 
@@ -97,6 +98,13 @@ class Scheduler {
   uint64_t preemptions() const { return preemptions_; }
   uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
   PrefixCache* prefix_cache() { return prefix_.get(); }
+  // Saves every newly indexed block to disk and, at admission, extends a
+  // prompt's cached run with the blocks found there (runtime/kv_disk.h).
+  // Full-attention models only (a hybrid model's recurrent snapshots are not
+  // saved): returns false, and does nothing, without a prefix cache or for a
+  // hybrid model. The tier must outlive the scheduler.
+  bool set_disk_tier(KvDiskTier* disk);
+  uint64_t disk_hit_tokens() const { return disk_hit_tokens_; }
   const StateSnapshots* snapshots() const { return snapshots_.get(); }
 
  private:
@@ -113,6 +121,10 @@ class Scheduler {
   int snapshot_prefix(const SchedRequest* r, const std::vector<uint64_t>& keys, std::vector<int>& matched,
                       int cached) const;
   void take_snapshot(SchedRequest* r, uint64_t parent);
+  // Loads blocks [matched.size(), ...) of r's prompt from the disk tier into
+  // fresh pool blocks, indexes them and appends them to matched; stops at the
+  // first block not on disk (or bad, or no free block).
+  void load_from_disk(const SchedRequest* r, const std::vector<uint64_t>& keys, std::vector<int>& matched);
   void schedule_decodes(std::vector<StepChunk>& plan, int& budget);
   void schedule_prefills(std::vector<StepChunk>& plan, int& budget);
   void admit_waiting(std::vector<StepChunk>& plan, int& budget);
@@ -131,7 +143,8 @@ class Scheduler {
   std::unique_ptr<StateSnapshots> snapshots_;  // hybrid models with prefix reuse
   std::vector<SchedRequest*> running_, waiting_, failed_;
   std::vector<int> free_slots_;
-  uint64_t preemptions_ = 0, prefix_hit_tokens_ = 0;
+  KvDiskTier* disk_ = nullptr;
+  uint64_t preemptions_ = 0, prefix_hit_tokens_ = 0, disk_hit_tokens_ = 0;
   std::map<uint64_t, std::vector<PrefixHint>> hint_sets_;  // by owner
   bool hints_dirty_ = false;
 };

@@ -189,6 +189,27 @@ std::string render_metrics(const std::vector<ModelFigures>& models, const std::m
   f.add("spool_state_snapshot_misses_total", "counter",
         "Admissions of hybrid-model requests long enough for a snapshot that found none usable.",
         [](M m) { return (double)m.stats.state_snapshot_misses; });
+  f.add("spool_kv_disk_enabled", "gauge", "1 when the KV disk tier is in use (--kv-disk; off with --no-kv-disk).",
+        [](M m) { return m.stats.kv_disk ? 1.0 : 0.0; });
+  f.add("spool_kv_disk_hit_tokens_total", "counter",
+        "Prompt tokens whose KV was loaded from the disk tier instead of recomputed.",
+        [](M m) { return (double)m.stats.kv_disk_hit_tokens; });
+  f.add("spool_kv_disk_loaded_bytes_total", "counter", "Bytes of KV blocks loaded from the disk tier.",
+        [](M m) { return (double)m.stats.kv_disk_stats.hit_bytes; });
+  f.add("spool_kv_disk_load_seconds_total", "counter", "Time spent loading KV blocks from the disk tier.",
+        [](M m) { return m.stats.kv_disk_stats.load_seconds; });
+  f.add("spool_kv_disk_written_bytes_total", "counter", "Bytes of KV blocks written to the disk tier.",
+        [](M m) { return (double)m.stats.kv_disk_stats.write_bytes; });
+  f.add("spool_kv_disk_pending_writes", "gauge", "KV blocks queued for writing to the disk tier.",
+        [](M m) { return (double)m.stats.kv_disk_stats.pending; });
+  f.add("spool_kv_disk_dropped_writes_total", "counter",
+        "KV blocks not written: the write queue was full, or the disk refused (full, read-only).",
+        [](M m) { return (double)(m.stats.kv_disk_stats.writes_dropped + m.stats.kv_disk_stats.write_errors); });
+  f.add("spool_kv_disk_rejected_total", "counter",
+        "Disk-tier block files found damaged or foreign on load, deleted and recomputed.",
+        [](M m) { return (double)m.stats.kv_disk_stats.rejected; });
+  f.add("spool_kv_disk_bytes", "gauge", "Bytes of KV block files in the disk tier now.",
+        [](M m) { return (double)m.stats.kv_disk_stats.bytes; });
   out += "# HELP spool_http_responses_total HTTP responses by status code.\n"
          "# TYPE spool_http_responses_total counter\n";
   for (const auto& [status, n] : http_by_status)

@@ -43,6 +43,18 @@ json engine_json(const EngineStats& s) {
           {"state_snapshot_bytes", s.state_snapshot_bytes},
           {"state_snapshot_hits", s.state_snapshot_hits},
           {"state_snapshot_misses", s.state_snapshot_misses},
+          {"kv_disk",
+           s.kv_disk ? json{{"hit_tokens", s.kv_disk_hit_tokens},
+                            {"loaded_bytes", s.kv_disk_stats.hit_bytes},
+                            {"load_seconds", s.kv_disk_stats.load_seconds},
+                            {"files", s.kv_disk_stats.files},
+                            {"bytes", s.kv_disk_stats.bytes},
+                            {"written_bytes", s.kv_disk_stats.write_bytes},
+                            {"pending_writes", s.kv_disk_stats.pending},
+                            {"dropped_writes", s.kv_disk_stats.writes_dropped + s.kv_disk_stats.write_errors},
+                            {"rejected", s.kv_disk_stats.rejected},
+                            {"evicted", s.kv_disk_stats.evicted}}
+                     : json(nullptr)},
           {"ttft_seconds", histogram_json(s.ttft)},
           {"inter_token_seconds", histogram_json(s.inter_token)}};
 }

@@ -27,7 +27,8 @@ struct ServeOptions {
   std::vector<std::string> models, allowed_hosts, cors_origins;
   std::string host = "127.0.0.1", api_key, api_key_file, data_dir;
   bool no_prefix_cache = false, no_kv_hints = false;
-  std::string kv_pool;
+  std::string kv_pool, kv_disk;
+  bool no_kv_disk = false;
   int state_snapshots = 0, snapshot_interval = 256;
   int port = 8080, parallel = 8, n_ctx = 0, n_threads = 0, n_batch = 512, max_waiting = 64, max_runs = 1;
   int max_queued_runs = 256;
@@ -79,7 +80,22 @@ void serve(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // The durable store first: a data dir in use by another server is an error before the model load.
-  agents::RunStore store(o.data_dir.empty() ? agents::default_data_dir() : o.data_dir);
+  const std::string data_dir = o.data_dir.empty() ? agents::default_data_dir() : o.data_dir;
+  agents::RunStore store(data_dir);
+  // The KV disk tier: DATA_DIR/kv, --kv-disk bytes (default 10 % of the free space there, at most 64 GiB)
+  // shared by the models.
+  const std::string kv_dir = (std::filesystem::path(data_dir) / "kv").string();
+  uint64_t kv_disk_bytes = 0;
+  if (!o.no_kv_disk) {
+    if (!o.kv_disk.empty()) {
+      kv_disk_bytes = parse_size(o.kv_disk);
+      if (kv_disk_bytes == 0) throw Error("--kv-disk must be positive (or give --no-kv-disk)");
+    } else {
+      std::error_code ec;
+      const auto space = std::filesystem::space(data_dir, ec);
+      kv_disk_bytes = ec ? (1ull << 30) : std::min<uint64_t>(space.available / 10, 64ull << 30);
+    }
+  }
 
   // Every -m: PATH, or ALIAS=PATH (the name clients and pipeline specs use).
   // One --mem-budget is shared: each model gets an equal part of it.
@@ -118,6 +134,10 @@ void serve(const ServeOptions& o) {
     eo.snapshot_interval = o.snapshot_interval;
     eo.read_stall_ms = o.read_stall_ms;
     if (!o.kv_pool.empty()) eo.kv_bytes = parse_size(o.kv_pool);
+    if (kv_disk_bytes >= (1u << 20)) {
+      eo.kv_disk_dir = kv_dir;
+      eo.kv_disk_bytes = kv_disk_bytes / given.size();
+    }
     l.engine = make_engine(*l.model, eo);
     const EngineStats st = l.engine->stats();
     std::fprintf(stderr,
@@ -125,6 +145,9 @@ void serve(const ServeOptions& o) {
                  "blocks (%.1f MiB)\n",
                  l.id.c_str(), cfg.name.c_str(), cfg.arch.c_str(), cfg.n_layer, l.model->pool().size(),
                  now_seconds() - t_load, eo.n_ctx, eo.max_running, st.kv_blocks_total, st.kv_bytes / 1048576.0);
+    if (st.kv_disk)
+      std::fprintf(stderr, "spool: '%s': KV disk tier %s, up to %.1f GiB (%llu blocks there now)\n", l.id.c_str(),
+                   kv_dir.c_str(), eo.kv_disk_bytes / 1073741824.0, (unsigned long long)st.kv_disk_stats.files);
     loaded.push_back(std::move(l));
   }
 
@@ -276,6 +299,11 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kv-pool", o->kv_pool,
                   "KV pool size per model (e.g. 256M; default: --parallel full contexts)");
+  cmd->add_option("--kv-disk", o->kv_disk,
+                  "Bytes of full prefix KV blocks kept on disk under DATA_DIR/kv, so a conversation's or agent's "
+                  "prefix is read back instead of recomputed after eviction or a restart (e.g. 8G; default 10 % of "
+                  "the free space there, at most 64G; shared by the models)");
+  cmd->add_flag("--no-kv-disk", o->no_kv_disk, "No KV disk tier: prefixes live in the KV pool only");
   cmd->add_flag("--no-kv-hints", o->no_kv_hints,
                 "Plain LRU eviction of cached KV blocks: no retention for waiting requests' prefixes or pipelines' "
                 "next stages (for measuring what the hints save)");
