@@ -3,13 +3,16 @@
 // computing the prompt; damaged, truncated and foreign files are deleted and
 // recomputed with the output unchanged; a disk that refuses writes (file size
 // limit: the same write error as a full disk) loses nothing but the tier; the
-// tier keeps within its byte budget, least recently used out first.
+// tier keeps within its byte budget, least recently used out first; a
+// Session (`spool run`) reads the engine's blocks and saves its own.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -23,6 +26,7 @@
 #include "runtime/engine.h"
 #include "runtime/kv_disk.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/session.h"
 #include "test_util.h"
 
 using namespace spool;
@@ -100,6 +104,15 @@ std::vector<std::string> block_files(const std::string& dir) {
       if (e.path().extension() == ".kvb") out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Logits that agree to F32 rounding, with the same greedy token.
+void expect_close(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  EXPECT_LT(worst, 1e-3f);
+  EXPECT_EQ(std::max_element(a.begin(), a.end()) - a.begin(), std::max_element(b.begin(), b.end()) - b.begin());
 }
 
 const char* const kModels[] = {"/models/stories260K.gguf", "/fixtures/gguf/qwen2-tiny.q8_0.gguf",
@@ -350,5 +363,50 @@ TEST(KvDisk, TierKeepsItsBudgetLeastRecentlyUsedOut) {
     EXPECT_TRUE(t.contains(103));
     EXPECT_EQ(t.stats().files, 3u);
     EXPECT_TRUE(t.contains(104));
+  }
+}
+
+TEST(KvDisk, SessionReadsTheEnginesBlocksAndSavesItsOwn) {
+  for (const char* path : kModels) {
+    SCOPED_TRACE(path);
+    auto model = load_model(kShared + path, LoadOptions{2});
+    const std::vector<int32_t> prompt = prompt_for(*model, 75);
+    // The reference computes everything (a tier over an empty directory: the same paged cache).
+    TempDir empty;
+    auto none = make_kv_disk_tier(*model, empty.path, 1ull << 30, 8);
+    std::vector<float> reference;
+    {
+      Session s(*model, 256, 24);
+      ASSERT_TRUE(s.set_kv_disk(none.get()));
+      reference = s.feed(prompt);
+      EXPECT_EQ(s.disk_hit_tokens(), 0);
+    }
+    TempDir dir;
+    {
+      auto e = make_engine(*model, opts(dir.path));
+      run_one(*e, prompt, 2);
+    }
+    auto tier = make_kv_disk_tier(*model, dir.path, 1ull << 30, 8);
+    Session s(*model, 256, 24);
+    ASSERT_TRUE(s.set_kv_disk(tier.get()));
+    // The engine computed these positions in other steps (prefill chunks, then decodes) than this session
+    // would: as with the in-memory prefix cache, the logits agree to rounding, not bit for bit.
+    expect_close(s.feed(prompt), reference);
+    EXPECT_EQ(s.disk_hit_tokens(), 72);
+    // The session's own blocks (its prompt and what it decodes) are saved for the next one.
+    std::vector<int32_t> longer = prompt;
+    for (int i = 0; i < 20; ++i) {
+      longer.push_back(5 + i);
+      s.feed({5 + i});
+    }
+    tier->flush();
+    Session again(*model, 256, 24);
+    ASSERT_TRUE(again.set_kv_disk(tier.get()));
+    TempDir empty2;
+    auto none2 = make_kv_disk_tier(*model, empty2.path, 1ull << 30, 8);
+    Session plain(*model, 256, 24);
+    ASSERT_TRUE(plain.set_kv_disk(none2.get()));
+    expect_close(again.feed(longer), plain.feed(longer));
+    EXPECT_EQ(again.disk_hit_tokens(), 88);  // (95 - 1) / 8 whole blocks
   }
 }

@@ -129,13 +129,7 @@ class EngineImpl final : public Engine {
         std::fprintf(stderr, "spool: kv-disk: off (%s)\n",
                      hybrid ? "models with a recurrent state do not use it yet" : "the prefix cache is off");
       } else {
-        KvDiskOptions d;
-        d.dir = opt_.kv_disk_dir;
-        d.max_bytes = opt_.kv_disk_bytes;
-        d.block_size = opt_.block_size;
-        d.block_bytes = bb;
-        d.fingerprint = kv_fingerprint(model_, shape, opt_.block_size);
-        disk_ = std::make_unique<KvDiskTier>(d);
+        disk_ = make_kv_disk_tier(model_, opt_.kv_disk_dir, opt_.kv_disk_bytes, opt_.block_size);
         sched_->set_disk_tier(disk_.get());
         stats_.kv_disk = true;
         stats_.kv_disk_stats = disk_->stats();

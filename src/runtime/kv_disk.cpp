@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "model/kv_cache.h"
+#include "model/kv_paged.h"
 #include "model/model.h"
 #include "weights/checksums.h"
 
@@ -171,6 +172,18 @@ uint64_t kv_fingerprint(const Model& model, const KvShape& shape, int block_size
   return h.h;
 }
 
+std::unique_ptr<KvDiskTier> make_kv_disk_tier(const Model& model, const std::string& dir, uint64_t max_bytes,
+                                              int block_size) {
+  const KvShape shape = model.kv_shape();
+  KvDiskOptions d;
+  d.dir = dir;
+  d.max_bytes = max_bytes;
+  d.block_size = block_size;
+  d.block_bytes = PagedKvCache::block_bytes(shape, block_size);
+  d.fingerprint = kv_fingerprint(model, shape, block_size);
+  return std::make_unique<KvDiskTier>(d);
+}
+
 KvDiskTier::KvDiskTier(KvDiskOptions options) : opt_(std::move(options)) {
   if (opt_.dir.empty()) throw Error("KV disk tier: no directory given");
   if (opt_.max_bytes == 0) throw Error("KV disk tier: the size limit must be positive");
@@ -286,7 +299,8 @@ void KvDiskTier::writer_loop() {
 
 void KvDiskTier::write_one(Job& job) {
   const std::string path = path_of(job.key);
-  const std::string tmp = path + ".tmp";
+  // Unique per process and write: two processes (serve and run) may save the same block at once.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++tmp_seq_);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   bool ok = fd >= 0 && write_all(fd, job.bytes.data(), job.bytes.size());
   const int err = ok ? 0 : errno;

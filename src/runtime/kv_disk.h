@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -58,6 +59,12 @@ struct KvDiskStats {
 // of its weight bytes (local files), the cache's element type and shape, the
 // block size and the kernels' instruction set (results are exact per ISA).
 uint64_t kv_fingerprint(const Model& model, const KvShape& shape, int block_size);
+
+class KvDiskTier;
+// The tier for model's KV under dir (its files within max_bytes), with
+// blocks of block_size positions of the model's KV shape.
+std::unique_ptr<KvDiskTier> make_kv_disk_tier(const Model& model, const std::string& dir, uint64_t max_bytes,
+                                              int block_size);
 
 class KvDiskTier {
  public:
@@ -109,6 +116,7 @@ class KvDiskTier {
   std::unordered_map<uint64_t, bool> queued_;  // keys in queue_ or being written
   uint64_t pending_bytes_ = 0;
   bool writing_ = false, stop_ = false;
+  uint64_t tmp_seq_ = 0;  // writer thread only
   std::list<FileEntry> lru_;  // front = least recently used
   std::unordered_map<std::string, std::list<FileEntry>::iterator> files_;
   KvDiskStats stats_;

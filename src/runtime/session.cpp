@@ -2,9 +2,12 @@
 #include "runtime/session.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
+#include "model/kv_paged.h"
+#include "runtime/prefix_cache.h"
 
 namespace spool {
 
@@ -16,6 +19,55 @@ Session::Session(Model& model, int n_ctx, int n_batch)
 void Session::reset() {
   kv_->clear(0);
   n_past_ = 0;
+  history_.clear();
+  keys_.clear();
+}
+
+bool Session::set_kv_disk(KvDiskTier* disk) {
+  if (kv_->recurrent()) return false;
+  SPOOL_CHECK(n_past_ == 0);
+  disk_ = disk;
+  // The engine's paged layout, so that blocks are the engine's (one file per
+  // block, shared with `spool serve`) and the numbers do not depend on where
+  // the prompt was split between disk and computation.
+  const int bs = disk_->options().block_size;
+  auto paged = std::make_unique<PagedKvCache>(model_.kv_shape(), bs, (n_ctx_ + bs - 1) / bs, n_ctx_, 1);
+  paged_ = paged.get();
+  kv_ = std::move(paged);
+  return true;
+}
+
+int Session::load_from_disk(const std::vector<int32_t>& tokens) {
+  const int bs = disk_->options().block_size;
+  const int n_blocks = ((int)tokens.size() - 1) / bs;  // the last token is computed for its logits
+  uint64_t parent = PrefixCache::kRoot;
+  int b = 0;
+  for (; b < n_blocks; ++b) {
+    const uint64_t key = PrefixCache::block_key(parent, tokens.data() + (size_t)b * bs, bs);
+    if (!disk_->contains(key)) break;
+    const int blk = paged_->table(0).at(b);
+    if (!disk_->load(key, parent, {tokens.data() + (size_t)b * bs, (size_t)bs}, paged_->block_k(blk),
+                     paged_->block_v(blk)))
+      break;
+    keys_.push_back(key);
+    parent = key;
+  }
+  return b * bs;
+}
+
+void Session::save_to_disk() {
+  const int bs = disk_->options().block_size;
+  while ((int)(keys_.size() + 1) * bs <= n_past_) {
+    const int b = (int)keys_.size();
+    const uint64_t parent = b == 0 ? PrefixCache::kRoot : keys_.back();
+    const int32_t* t = history_.data() + (size_t)b * bs;
+    const uint64_t key = PrefixCache::block_key(parent, t, bs);
+    if (!disk_->contains(key)) {
+      const int blk = paged_->table(0).at(b);
+      disk_->store(key, parent, {t, (size_t)bs}, paged_->block_k(blk), paged_->block_v(blk));
+    }
+    keys_.push_back(key);
+  }
 }
 
 const std::vector<float>& Session::feed(const std::vector<int32_t>& tokens, bool all_logits) {
@@ -26,8 +78,17 @@ const std::vector<float>& Session::feed(const std::vector<int32_t>& tokens, bool
                 std::to_string(n_ctx_) + " (raise -c)");
   kv_->reserve(0, n_past_ + (int)tokens.size());
   logits_.resize((size_t)(all_logits ? tokens.size() : 1) * n_vocab);
+  size_t skip = 0;  // leading tokens whose KV came from the disk tier
+  if (disk_) {
+    if (n_past_ == 0 && !all_logits) {
+      skip = (size_t)load_from_disk(tokens);
+      disk_hit_tokens_ += (int)skip;
+      n_past_ += (int)skip;
+    }
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+  }
   Batch batch;
-  for (size_t start = 0; start < tokens.size(); start += n_batch_) {
+  for (size_t start = skip; start < tokens.size(); start += n_batch_) {
     const size_t end = std::min(tokens.size(), start + n_batch_);
     batch.clear();
     for (size_t i = start; i < end; ++i)
@@ -40,6 +101,7 @@ const std::vector<float>& Session::feed(const std::vector<int32_t>& tokens, bool
     model_.forward(batch, *kv_, out);
     n_past_ += (int)(end - start);
   }
+  if (disk_) save_to_disk();
   return logits_;
 }
 

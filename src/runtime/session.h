@@ -9,8 +9,11 @@
 
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "runtime/kv_disk.h"
 
 namespace spool {
+
+class PagedKvCache;
 
 class Session {
  public:
@@ -24,11 +27,29 @@ class Session {
   int n_ctx() const { return n_ctx_; }
   void reset();
 
+  // KV disk tier (runtime/kv_disk.h), set on a fresh session (the KV cache
+  // becomes the engine's paged one): every full block of this session's
+  // tokens is saved there, and the first feed() of a fresh session (without
+  // all_logits) loads the longest run of its leading blocks found there
+  // instead of computing them (all but the last token's block), the same
+  // files and keys the engine uses. Not for models with a recurrent state
+  // (returns false). The tier must outlive the session.
+  bool set_kv_disk(KvDiskTier* disk);
+  int disk_hit_tokens() const { return disk_hit_tokens_; }
+
  private:
+  int load_from_disk(const std::vector<int32_t>& tokens);  // positions loaded (whole blocks)
+  void save_to_disk();                                      // blocks completed since the last call
+
   Model& model_;
   int n_ctx_, n_batch_;
   std::unique_ptr<KvCache> kv_;
   int n_past_ = 0;
+  KvDiskTier* disk_ = nullptr;
+  PagedKvCache* paged_ = nullptr;  // kv_, with a disk tier
+  std::vector<int32_t> history_;  // tokens at positions [0, n_past_) (with a disk tier)
+  std::vector<uint64_t> keys_;    // block keys of history_'s saved blocks
+  int disk_hit_tokens_ = 0;
   std::vector<float> logits_;
   std::vector<float> chunk_logits_;
 };

@@ -3,14 +3,17 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "agents/run_store.h"
 #include "cli_common.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "grammar/grammar_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/kv_disk.h"
 #include "runtime/session.h"
 #include "text/chat_template.h"
 #include "text/text_stream.h"
@@ -34,6 +37,7 @@ struct RunOptions {
   ModelFlags model_flags;
   std::string stats_json;
   std::string json_schema_file, grammar_file, regex;
+  std::string kv_disk, data_dir;
 };
 
 // --json-schema / --grammar / --regex: the grammar every generated token must fit.
@@ -117,6 +121,20 @@ void run(const RunOptions& o) {
   std::optional<grammar::GrammarState> constraint;
   if (auto masker = load_constraint(o, grammars)) constraint.emplace(masker);
   Session session(*model, n_ctx, model->n_batch());
+  // --kv-disk: the prompt's leading blocks are read from the disk tier when an earlier run (or `spool serve` on
+  // the same data dir) saved them; this run's blocks are saved for the next.
+  std::unique_ptr<KvDiskTier> kv_disk;
+  if (!o.kv_disk.empty()) {
+    const uint64_t bytes = parse_size(o.kv_disk);
+    if (bytes == 0) throw Error("--kv-disk must be positive");
+    const std::string dir =
+        (std::filesystem::path(o.data_dir.empty() ? agents::default_data_dir() : o.data_dir) / "kv").string();
+    kv_disk = make_kv_disk_tier(*model, dir, bytes, 16);
+    if (!session.set_kv_disk(kv_disk.get())) {
+      std::fprintf(stderr, "spool: kv-disk: off (models with a recurrent state do not use it yet)\n");
+      kv_disk.reset();
+    }
+  }
   Sampler sampler(o.sampling, cfg.n_vocab);
   for (int32_t id : prompt) sampler.accept(id);
   TextStream stream(o.stop);
@@ -165,6 +183,9 @@ void run(const RunOptions& o) {
   std::fprintf(stderr, "\nspool: prompt %zu tokens in %.3f s (%.1f tok/s), generated %zu tokens in %.3f s (%.1f tok/s)\n",
                prompt.size(), t_prompt, prompt.size() / std::max(t_prompt, 1e-9), generated.size(), t_gen,
                generated.size() / std::max(t_gen, 1e-9));
+  if (kv_disk)
+    std::fprintf(stderr, "spool: kv-disk: %d prompt tokens read from disk, %d computed\n", session.disk_hit_tokens(),
+                 (int)prompt.size() - session.disk_hit_tokens());
   // Time to first token: the prompt's forward pass (the first generated token is sampled from its logits).
   if (!o.stats_json.empty())
     stats.write_json(o.stats_json, {{"command", "run"}, {"ttft_s", t_prompt}, {"prompt_tokens", prompt.size()},
@@ -206,6 +227,11 @@ void add_run_command(CLI::App& app) {
                   "Constrain the output to JSON valid under the JSON Schema in FILE (docs/STRUCTURED_OUTPUT.md)");
   cmd->add_option("--grammar", o->grammar_file, "Constrain the output to the GBNF grammar in FILE (llama.cpp's syntax)");
   cmd->add_option("--regex", o->regex, "Constrain the output to text matching this regular expression");
+  cmd->add_option("--kv-disk", o->kv_disk,
+                  "Keep this run's KV blocks on disk (up to SIZE bytes, e.g. 4G, under DATA_DIR/kv) and read a "
+                  "prompt's leading blocks from there instead of computing them (off by default)");
+  cmd->add_option("--data-dir", o->data_dir,
+                  "With --kv-disk: the data dir (default $XDG_DATA_HOME/spool or ~/.local/share/spool, as serve's)");
   cmd->add_flag("--output-ids", o->output_ids, "Print generated token ids (comma-separated) instead of text");
   cmd->callback([o] { run(*o); });
 }
