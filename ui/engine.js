@@ -202,6 +202,11 @@ function paintTiles(now, d, raw) {
   tile('ttft', 'TTFT, mean since start', fmtMs(e.ttft_seconds.count ? e.ttft_seconds.sum / e.ttft_seconds.count : null));
   tile('kv', 'KV blocks used / cached / total', `${e.kv_blocks_used} / ${e.kv_blocks_cached} / ${e.kv_blocks_total}`);
   tile('prefix', 'Prefix-cache reuse', e.prompt_tokens ? fmtPct(e.prefix_hit_tokens / e.prompt_tokens) : '–');
+  if (e.kv_disk) {
+    const k = e.kv_disk;
+    tile('kv-disk-hits', 'KV disk tier: tokens loaded', `${fmtNum(k.hit_tokens, 2)} (${fmtBytes(k.loaded_bytes)} in ${fmtMs(k.load_seconds)})`);
+    tile('kv-disk-bytes', 'KV disk tier: held / written', `${fmtBytes(k.bytes)} / ${fmtBytes(k.written_bytes)}`);
+  }
   tile('generated', 'Tokens generated', fmtNum(e.generated_tokens, 2));
   tile('finished', 'Requests finished', fmtNum(e.requests_finished, 2));
   tile('rss', 'Process memory (RSS)', fmtBytes(now.rss));

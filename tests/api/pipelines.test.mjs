@@ -290,8 +290,11 @@ test('kill -9 in the middle of a run, restart on the same data dir: it resumes, 
   const dir = mkdtempSync(path.join(tmpdir(), 'spool-kill-'));
   try {
     let s = await startServer(STORIES, ['-c', '1024', '--data-dir', dir]);
+    // A task of several KV blocks that every step's prompt starts with: the resumed steps read it from the disk tier.
+    const task = 'Once upon a time there was a little girl named Lily. She loved to play in the park with her dog, ' +
+      'and every day they ran to the big tree by the pond to look at the ducks.';
     const id = await submit({
-      task: 'Once upon a time', temperature: 0, max_tokens: 700,
+      task, temperature: 0, max_tokens: 700,
       agents: Array.from({ length: 8 }, (_, i) => ({ name: `s${i}`, prompt: `{task} ${i}`, stop: ['QQZZ'] })),
     }, s.url);
     assert.ok(await waitFor(async () => {
@@ -314,6 +317,8 @@ test('kill -9 in the middle of a run, restart on the same data dir: it resumes, 
       for (let i = 0; i < 8; i++) {
         assert.equal(logs.filter((l) => l.startsWith(`[agent:s${i}] DONE`)).length, 1, logs.join('\n'));
       }
+      // The shared task's KV came from disk after the restart, not from a recomputation.
+      assert.ok(await metric(s.url, 'spool_kv_disk_hit_tokens_total') >= 32);
     } finally {
       await s.stop();
     }

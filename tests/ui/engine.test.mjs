@@ -2,7 +2,8 @@
 // streamed requests run, its charts (fed by GET /v1/stats) show non-zero
 // throughput, running requests, KV blocks and time to first token; with
 // --mem-budget (weights streamed) the streaming charts show bytes read, per
-// token, the weight cache, memory against the budget and reads per layer.
+// token, the weight cache, memory against the budget and reads per layer; the
+// KV disk tier's tiles show what it wrote.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { launch, openPage, ready, screenshot, startServer, STORIES } from './browser.mjs';
@@ -68,6 +69,9 @@ test('engine charts show non-zero figures while requests stream', async () => {
   const tiles = await page.$$eval('#engine-tiles .tile', (els) => Object.fromEntries(els.map((el) => [el.dataset.key, el.querySelector('.value').textContent])));
   assert.notEqual(tiles.generated, '0');
   assert.match(tiles.rss, /MiB|GiB/);
+  // The KV disk tier (on by default) wrote the streamed requests' full blocks.
+  assert.match(tiles['kv-disk-bytes'] ?? '', /^\d+(\.\d)? [KMG]?i?B \/ \d+(\.\d)? [KMG]iB$/);
+  assert.match(tiles['kv-disk-hits'] ?? '', /^\d/);
   assert.equal(mode, 'weights resident (no streaming figures)');
   assert.equal(await page.$eval('#engine-streaming', (el) => el.hidden), true);
   assert.deepEqual(page.problems, []);
