@@ -6,7 +6,8 @@
 #   disk       its prefix read back from the disk tier (page cache dropped
 #              first when /proc/sys/vm/drop_caches is writable, so the blocks
 #              come from the disk)
-#   recompute  the same request to a fresh server with --no-kv-disk
+#   recompute  the same request to a fresh server with --no-kv-disk (page cache
+#              dropped before it starts as well, so both pay cold weights)
 #   memory     the same request again on the server that still holds it (the
 #              in-memory prefix cache), for scale
 # Each time is curl's total for a non-streamed request of one output token:
@@ -33,7 +34,7 @@ CTX=$(( (N_CONV + N_NEXT + 64 + 255) / 256 * 256 ))
 die() { echo "kv_disk_ttft: $*" >&2; exit 1; }
 curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && die "port $PORT is already in use; set PORT"
 WORK=$(mktemp -d /tmp/spool-kvdisk-bench-XXXXXX)
-trap 'stop_server; rm -rf "$WORK"' EXIT
+trap 'stop_group; rm -rf "$WORK"' EXIT
 
 python3 - "$N_CONV" "$N_NEXT" "$WORK" <<'PY'
 import json, random, sys
@@ -47,8 +48,9 @@ PY
 
 start() {  # start DATA_DIR [flags...]
   local dir=$1; shift
+  # Its own process group (setsid), so that kill -9 reaches spool under a WRAP command too.
   # shellcheck disable=SC2086
-  $WRAP "$SPOOL_BIN" serve -m "$MODEL" -t "$THREADS" -c "$CTX" --parallel 1 --port "$PORT" --data-dir "$dir" \
+  setsid $WRAP "$SPOOL_BIN" serve -m "$MODEL" -t "$THREADS" -c "$CTX" --parallel 1 --port "$PORT" --data-dir "$dir" \
     $EXTRA_ARGS "$@" 2>"$WORK/server.log" &
   SERVER_PID=$!
   for _ in $(seq 1 1200); do
@@ -64,10 +66,17 @@ post() {  # post FILE -> prints "seconds cached_tokens prompt_tokens"
   python3 -c 'import json,sys; u=json.load(open(sys.argv[1]))["usage"]; print(open(sys.argv[2]).read().strip(), (u.get("prompt_tokens_details") or {}).get("cached_tokens",0), u["prompt_tokens"])' "$WORK/out.json" "$WORK/t"
 }
 metric() { curl -sf "http://127.0.0.1:$PORT/metrics" | awk -v n="$1" '$1==n {print $2}'; }
-kill9() { kill -9 "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""; }
+kill9() { kill -9 -- "-$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""; }
+stop_group() {  # SIGTERM to the group, then wait for the port to be free
+  [ -n "$SERVER_PID" ] || return 0
+  kill -- "-$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+  for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 || return 0; sleep 0.1; done
+}
 drop_caches() { sync; if [ -w /proc/sys/vm/drop_caches ]; then echo 3 >/proc/sys/vm/drop_caches; echo dropped; else echo kept; fi; }
 
-declare -a T_DISK T_RE T_MEM
+declare -a T_DISK T_RE T_MEM T_LOAD
 for rep in $(seq 1 "$REPS"); do
   d="$WORK/data-$rep"; mkdir -p "$d"
   start "$d"
@@ -79,27 +88,29 @@ for rep in $(seq 1 "$REPS"); do
   start "$d"
   read -r td cd pd < <(post "$WORK/turn2.json")
   loaded=$(metric spool_kv_disk_loaded_bytes_total)
+  load_s=$(metric spool_kv_disk_load_seconds_total)
   read -r tm cm _ < <(post "$WORK/turn2.json")
-  stop_server
+  stop_group
   r="$WORK/re-$rep"; mkdir -p "$r"
+  drop_caches >/dev/null  # as cold as the disk case: the weights come from disk after a restart too
   start "$r" --no-kv-disk
   read -r tr cr _ < <(post "$WORK/turn2.json")
-  stop_server
+  stop_group
   echo "rep $rep: turn1 ${t1}s ($p1 tokens, ${written} bytes written); after kill -9 (page cache $caches):" \
-       "disk ${td}s (cached $cd of $pd, ${loaded} bytes loaded), memory ${tm}s (cached $cm), recompute ${tr}s (cached $cr)" >&2
-  T_DISK+=("$td"); T_RE+=("$tr"); T_MEM+=("$tm")
+       "disk ${td}s (cached $cd of $pd, ${loaded} bytes loaded in ${load_s}s), memory ${tm}s (cached $cm), recompute ${tr}s (cached $cr)" >&2
+  T_DISK+=("$td"); T_RE+=("$tr"); T_MEM+=("$tm"); T_LOAD+=("$load_s")
   BYTES_PER_TOKEN=$(python3 -c "print(round($written / max(1, ($p1 // 16) * 16)))")
 done
 
-python3 - "${T_DISK[*]}" "${T_RE[*]}" "${T_MEM[*]}" "$BYTES_PER_TOKEN" "$N_CONV" "$N_NEXT" "$MODEL" "$THREADS" <<'PY'
+python3 - "${T_DISK[*]}" "${T_RE[*]}" "${T_MEM[*]}" "${T_LOAD[*]}" "$BYTES_PER_TOKEN" "$N_CONV" "$N_NEXT" "$MODEL" "$THREADS" <<'PY'
 import statistics, sys
-disk, re_, mem = ([float(x) for x in a.split()] for a in sys.argv[1:4])
-bpt, n, k, model, threads = sys.argv[4:9]
+disk, re_, mem, load = ([float(x) for x in a.split()] for a in sys.argv[1:5])
+bpt, n, k, model, threads = sys.argv[5:10]
 md = statistics.median
 print(f"| follow-up of a {n}-token conversation (+{k} tokens), {model}, {threads} threads | TTFT s (median of {len(disk)}) |")
 print("|---|---|")
 print(f"| recompute (fresh server, --no-kv-disk) | {md(re_):.3f} |")
-print(f"| disk tier after kill -9 | {md(disk):.3f} |")
+print(f"| disk tier after kill -9 | {md(disk):.3f} (of which reading the KV blocks: {md(load):.3f}) |")
 print(f"| in-memory prefix cache (same server) | {md(mem):.3f} |")
 print(f"\nrecompute / disk = {md(re_) / md(disk):.1f}x; disk tier stores {bpt} bytes per token")
 PY

@@ -386,6 +386,20 @@ bool KvDiskTier::load(uint64_t key, uint64_t parent, std::span<const int32_t> to
   return true;
 }
 
+void KvDiskTier::will_load(std::span<const uint64_t> keys) {
+  for (uint64_t key : keys) {
+    const std::string path = path_of(key);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!files_.count(path)) return;  // loads stop at the first block not on disk
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+    ::close(fd);
+  }
+}
+
 void KvDiskTier::drop_bad(const std::string& path, const std::string& why) {
   std::fprintf(stderr, "spool: kv-disk: dropping %s: %s; the prefix is recomputed\n", path.c_str(), why.c_str());
   ::unlink(path.c_str());

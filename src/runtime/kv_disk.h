@@ -86,6 +86,9 @@ class KvDiskTier {
   // block must then be recomputed; a bad file is deleted with a log line).
   bool load(uint64_t key, uint64_t parent, std::span<const int32_t> tokens, std::span<uint8_t> k,
             std::span<uint8_t> v);
+  // Asks the kernel to start reading these blocks' files (those on disk), so
+  // that loading them one after the other does not wait for each in turn.
+  void will_load(std::span<const uint64_t> keys);
   void flush();  // returns once everything queued so far is written (or failed)
   KvDiskStats stats() const;
   const KvDiskOptions& options() const { return opt_; }

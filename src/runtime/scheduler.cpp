@@ -298,10 +298,15 @@ void Scheduler::load_from_disk(const SchedRequest* r, const std::vector<uint64_t
   // Only blocks before the last prompt token: that one is recomputed for its logits anyway.
   const size_t limit = std::min(keys.size(), (size_t)(((int)r->tokens.size() - 1) / bs));
   if (matched.size() >= limit || !disk_->contains(keys[matched.size()])) return;
+  // Reads ahead (a window of 64 blocks, sliding) while each block is checked and copied in turn.
+  constexpr size_t kAhead = 64;
+  disk_->will_load({keys.data() + matched.size(), std::min(kAhead, limit - matched.size())});
   // The matched blocks are pinned while fresh blocks are taken: alloc() may reclaim unreferenced cached blocks.
   for (int b : matched) kv_.ref(b);
   std::vector<int> loaded;
-  for (size_t i = matched.size(); i < limit; ++i) {
+  const size_t first = matched.size();
+  for (size_t i = first; i < limit; ++i) {
+    if (i + kAhead < limit) disk_->will_load({keys.data() + i + kAhead, 1});  // the window slides
     const uint64_t parent = i == 0 ? PrefixCache::kRoot : keys[i - 1];
     const int32_t* t = r->tokens.data() + i * bs;
     if (prefix_->contains(keys[i])) break;  // indexed under another block (a hash collision): recompute

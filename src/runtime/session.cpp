@@ -40,17 +40,22 @@ bool Session::set_kv_disk(KvDiskTier* disk) {
 int Session::load_from_disk(const std::vector<int32_t>& tokens) {
   const int bs = disk_->options().block_size;
   const int n_blocks = ((int)tokens.size() - 1) / bs;  // the last token is computed for its logits
+  std::vector<uint64_t> keys;
   uint64_t parent = PrefixCache::kRoot;
+  for (int b = 0; b < n_blocks; ++b) {
+    parent = PrefixCache::block_key(parent, tokens.data() + (size_t)b * bs, bs);
+    keys.push_back(parent);
+  }
+  constexpr int kAhead = 64;  // blocks read ahead, as the scheduler does
+  disk_->will_load({keys.data(), (size_t)std::min(kAhead, n_blocks)});
   int b = 0;
   for (; b < n_blocks; ++b) {
-    const uint64_t key = PrefixCache::block_key(parent, tokens.data() + (size_t)b * bs, bs);
-    if (!disk_->contains(key)) break;
+    if (b + kAhead < n_blocks) disk_->will_load({keys.data() + b + kAhead, 1});
     const int blk = paged_->table(0).at(b);
-    if (!disk_->load(key, parent, {tokens.data() + (size_t)b * bs, (size_t)bs}, paged_->block_k(blk),
-                     paged_->block_v(blk)))
+    if (!disk_->load(keys[b], b == 0 ? PrefixCache::kRoot : keys[b - 1], {tokens.data() + (size_t)b * bs, (size_t)bs},
+                     paged_->block_k(blk), paged_->block_v(blk)))
       break;
-    keys_.push_back(key);
-    parent = key;
+    keys_.push_back(keys[b]);
   }
   return b * bs;
 }
