@@ -410,3 +410,45 @@ TEST(KvDisk, SessionReadsTheEnginesBlocksAndSavesItsOwn) {
     EXPECT_EQ(again.disk_hit_tokens(), 88);  // (95 - 1) / 8 whole blocks
   }
 }
+
+TEST(KvDisk, HybridModelsSaveTheirStateSnapshotsToo) {
+  const std::string fixtures = kShared + "/fixtures/";
+  for (const char* name : {"qwen3next-tiny", "gguf/kimi-k3-tiny.f32.gguf"}) {
+    SCOPED_TRACE(name);
+    auto model = load_model(fixtures + name, LoadOptions{2});
+    const std::vector<int32_t> prompt = prompt_for(*model, 150);
+    EngineOptions base = opts("");
+    base.max_batch_tokens = 128;  // (hybrids: prefill chunks end at multiples of 64)
+    Outcome reference;
+    {
+      auto e = make_engine(*model, base);  // no snapshots: every prompt computed in full
+      reference = run_one(*e, prompt, 8);
+    }
+    TempDir dir;
+    EngineOptions o = opts(dir.path);
+    o.max_batch_tokens = 128;
+    o.state_snapshots = 2;
+    o.snapshot_interval = 64;
+    {
+      auto e = make_engine(*model, o);
+      ASSERT_TRUE(e->stats().kv_disk);
+      EXPECT_EQ(test::join(run_one(*e, prompt, 8).tokens), test::join(reference.tokens));
+    }
+    size_t states = 0;
+    for (const auto& sub : fs::directory_iterator(dir.path))
+      for (const auto& f : fs::directory_iterator(sub.path())) states += f.path().extension() == ".kvs";
+    EXPECT_EQ(states, 2u);  // at 64 and 128
+    {
+      auto e = make_engine(*model, o);  // a restart: neither blocks nor snapshots in memory
+      const Outcome again = run_one(*e, prompt, 8);
+      EXPECT_EQ(again.cached_tokens, 128);  // the last snapshot at or before the 144 positions of whole blocks
+      EXPECT_EQ(test::join(again.tokens), test::join(reference.tokens));
+      EXPECT_EQ(again.logprobs, reference.logprobs);
+      EXPECT_EQ(e->stats().state_snapshot_hits, 1u);
+    }
+    // Without snapshots a hybrid model cannot use the tier.
+    EngineOptions off = opts(dir.path);
+    auto e = make_engine(*model, off);
+    EXPECT_FALSE(e->stats().kv_disk);
+  }
+}

@@ -125,9 +125,9 @@ class EngineImpl final : public Engine {
     so.kv_hints = opt_.kv_hints;
     sched_ = std::make_unique<Scheduler>(so, *kv_);
     if (!opt_.kv_disk_dir.empty()) {
-      if (!so.prefix_cache || hybrid) {
+      if (!so.prefix_cache) {
         std::fprintf(stderr, "spool: kv-disk: off (%s)\n",
-                     hybrid ? "models with a recurrent state do not use it yet" : "the prefix cache is off");
+                     hybrid ? "a model with a recurrent state needs --state-snapshots for it" : "the prefix cache is off");
       } else {
         disk_ = make_kv_disk_tier(model_, opt_.kv_disk_dir, opt_.kv_disk_bytes, opt_.block_size);
         sched_->set_disk_tier(disk_.get());

@@ -91,7 +91,8 @@ struct EngineOptions {
   // KV disk tier (runtime/kv_disk.h): full prefix blocks saved under this
   // directory and loaded instead of recomputed, across evictions and
   // restarts; "" = off. Its files are kept within kv_disk_bytes. Models with
-  // a recurrent state (hybrid) do not use it yet.
+  // a recurrent state (hybrid) use it with state_snapshots > 0 (the snapshots
+  // are saved too).
   std::string kv_disk_dir;
   uint64_t kv_disk_bytes = 0;
 };

@@ -18,6 +18,7 @@
 #include "model/kv_cache.h"
 #include "model/kv_paged.h"
 #include "model/model.h"
+#include "runtime/state_snapshots.h"
 #include "weights/checksums.h"
 
 namespace spool {
@@ -26,9 +27,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[8] = {'S', 'P', 'K', 'V', 'B', 'L', 'K', 0};
+constexpr char kBlockMagic[8] = {'S', 'P', 'K', 'V', 'B', 'L', 'K', 0};
+constexpr char kStateMagic[8] = {'S', 'P', 'K', 'V', 'S', 'T', 'A', 0};
 constexpr uint32_t kVersion = 1;
-constexpr const char* kExt = ".kvb";
+const char* magic_of(KvDiskKind k) { return k == KvDiskKind::Block ? kBlockMagic : kStateMagic; }
+const char* ext_of(KvDiskKind k) { return k == KvDiskKind::Block ? ".kvb" : ".kvs"; }
 
 struct FileHeader {
   char magic[8];
@@ -167,6 +170,7 @@ uint64_t kv_fingerprint(const Model& model, const KvShape& shape, int block_size
   h.u64((uint64_t)shape.k_row());
   h.u64((uint64_t)shape.v_row());
   h.u64((uint64_t)shape.elem_bytes());
+  h.u64(shape.recurrent.empty() ? 0 : shape.recurrent.bytes_per_seq());
   h.u64((uint64_t)block_size);
   h.str(isa_name(kernels().isa));
   return h.h;
@@ -180,6 +184,7 @@ std::unique_ptr<KvDiskTier> make_kv_disk_tier(const Model& model, const std::str
   d.max_bytes = max_bytes;
   d.block_size = block_size;
   d.block_bytes = PagedKvCache::block_bytes(shape, block_size);
+  d.state_bytes = shape.recurrent.empty() ? 0 : state_floats(shape.recurrent) * sizeof(float);
   d.fingerprint = kv_fingerprint(model, shape, block_size);
   return std::make_unique<KvDiskTier>(d);
 }
@@ -212,7 +217,7 @@ KvDiskTier::KvDiskTier(KvDiskOptions options) : opt_(std::move(options)) {
         fs::remove(e.path(), ec2);
         continue;
       }
-      if (e.path().extension() != kExt) continue;
+      if (e.path().extension() != ".kvb" && e.path().extension() != ".kvs") continue;
       found.push_back({p, (uint64_t)e.file_size(ec2), e.last_write_time(ec2)});
     }
   }
@@ -234,30 +239,34 @@ KvDiskTier::~KvDiskTier() {
   writer_.join();
 }
 
-std::string KvDiskTier::path_of(uint64_t key) const { return model_dir_ + "/" + hex16(key) + kExt; }
+std::string KvDiskTier::path_of(uint64_t key, KvDiskKind kind) const {
+  return model_dir_ + "/" + hex16(key) + ext_of(kind);
+}
 
-bool KvDiskTier::contains(uint64_t key) const {
+bool KvDiskTier::contains(uint64_t key, KvDiskKind kind) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return files_.count(path_of(key)) != 0;
+  return files_.count(path_of(key, kind)) != 0;
 }
 
 void KvDiskTier::store(uint64_t key, uint64_t parent, std::span<const int32_t> tokens, std::span<const uint8_t> k,
-                       std::span<const uint8_t> v) {
-  SPOOL_CHECK((int)tokens.size() == opt_.block_size && k.size() + v.size() == opt_.block_bytes);
+                       std::span<const uint8_t> v, KvDiskKind kind) {
+  const uint64_t payload = kind == KvDiskKind::Block ? opt_.block_bytes : opt_.state_bytes;
+  SPOOL_CHECK((int)tokens.size() == opt_.block_size && payload > 0 && k.size() + v.size() == payload);
   const size_t n = sizeof(FileHeader) + tokens.size_bytes() + k.size() + v.size();
+  const std::string path = path_of(key, kind);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || queued_.count(key) || files_.count(path_of(key))) return;
+    if (stop_ || queued_.count(path) || files_.count(path)) return;
     if (pending_bytes_ + n > opt_.max_pending_bytes) {
       ++stats_.writes_dropped;
       return;
     }
-    queued_[key] = true;
+    queued_[path] = true;
     pending_bytes_ += n;
   }
-  Job job{key, parent, std::vector<uint8_t>(n)};
+  Job job{path, std::vector<uint8_t>(n)};
   FileHeader h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  std::memcpy(h.magic, magic_of(kind), sizeof h.magic);
   h.version = kVersion;
   h.block_size = (uint32_t)opt_.block_size;
   h.fingerprint = opt_.fingerprint;
@@ -290,7 +299,7 @@ void KvDiskTier::writer_loop() {
     write_one(job);
     lock.lock();
     writing_ = false;
-    queued_.erase(job.key);
+    queued_.erase(job.path);
     pending_bytes_ -= job.bytes.size();
     if (queue_.empty()) idle_cv_.notify_all();
   }
@@ -298,7 +307,7 @@ void KvDiskTier::writer_loop() {
 }
 
 void KvDiskTier::write_one(Job& job) {
-  const std::string path = path_of(job.key);
+  const std::string& path = job.path;
   // Unique per process and write: two processes (serve and run) may save the same block at once.
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++tmp_seq_);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -321,8 +330,8 @@ void KvDiskTier::write_one(Job& job) {
 }
 
 bool KvDiskTier::load(uint64_t key, uint64_t parent, std::span<const int32_t> tokens, std::span<uint8_t> k,
-                      std::span<uint8_t> v) {
-  const std::string path = path_of(key);
+                      std::span<uint8_t> v, KvDiskKind kind) {
+  const std::string path = path_of(key, kind);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!files_.count(path)) return false;
@@ -351,7 +360,7 @@ bool KvDiskTier::load(uint64_t key, uint64_t parent, std::span<const int32_t> to
     drop_bad(path, "read error");
     return false;
   }
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.version != kVersion) {
+  if (std::memcmp(h.magic, magic_of(kind), sizeof h.magic) != 0 || h.version != kVersion) {
     drop_bad(path, "not a spool KV block file (magic or version)");
     return false;
   }

@@ -34,12 +34,17 @@ namespace spool {
 class Model;
 struct KvShape;
 
+// What a file holds: a KV block, or (hybrid models) the recurrent state at
+// the end of the block of the same key, a state snapshot.
+enum class KvDiskKind { Block, State };
+
 struct KvDiskOptions {
   std::string dir;               // the tier's root (e.g. DATA_DIR/kv)
   uint64_t max_bytes = 0;        // files kept within this; must be > 0
   uint64_t fingerprint = 0;      // what the KV was computed by (kv_fingerprint)
   int block_size = 16;           // positions per block
   uint64_t block_bytes = 0;      // payload bytes per block (K then V of every layer)
+  uint64_t state_bytes = 0;      // payload bytes per state snapshot (hybrid models; 0: none)
   uint64_t max_pending_bytes = 256ull << 20;  // queued copies at most; more are dropped
 };
 
@@ -76,27 +81,28 @@ class KvDiskTier {
   KvDiskTier(const KvDiskTier&) = delete;
   KvDiskTier& operator=(const KvDiskTier&) = delete;
 
-  bool contains(uint64_t key) const;
+  bool contains(uint64_t key, KvDiskKind kind = KvDiskKind::Block) const;
   // Queues the block (its K and V spans are copied now) unless it is on disk
-  // or queued already. Never waits for I/O.
+  // or queued already. Never waits for I/O. A state snapshot's bytes go in k
+  // (v empty).
   void store(uint64_t key, uint64_t parent, std::span<const int32_t> tokens, std::span<const uint8_t> k,
-             std::span<const uint8_t> v);
+             std::span<const uint8_t> v, KvDiskKind kind = KvDiskKind::Block);
   // Reads key's block into k and v (the pool's spans of one block) if its file
   // is whole and holds this parent and these tokens; false otherwise (the
   // block must then be recomputed; a bad file is deleted with a log line).
   bool load(uint64_t key, uint64_t parent, std::span<const int32_t> tokens, std::span<uint8_t> k,
-            std::span<uint8_t> v);
+            std::span<uint8_t> v, KvDiskKind kind = KvDiskKind::Block);
   // Asks the kernel to start reading these blocks' files (those on disk), so
   // that loading them one after the other does not wait for each in turn.
   void will_load(std::span<const uint64_t> keys);
   void flush();  // returns once everything queued so far is written (or failed)
   KvDiskStats stats() const;
   const KvDiskOptions& options() const { return opt_; }
-  std::string path_of(uint64_t key) const;  // where key's block lives (tests)
+  std::string path_of(uint64_t key, KvDiskKind kind = KvDiskKind::Block) const;  // where key's file lives
 
  private:
   struct Job {
-    uint64_t key, parent;
+    std::string path;
     std::vector<uint8_t> bytes;  // header, tokens, payload: the whole file
   };
   struct FileEntry {
@@ -116,7 +122,7 @@ class KvDiskTier {
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::deque<Job> queue_;
-  std::unordered_map<uint64_t, bool> queued_;  // keys in queue_ or being written
+  std::unordered_map<std::string, bool> queued_;  // paths in queue_ or being written
   uint64_t pending_bytes_ = 0;
   bool writing_ = false, stop_ = false;
   uint64_t tmp_seq_ = 0;  // writer thread only

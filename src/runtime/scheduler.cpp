@@ -61,14 +61,23 @@ int Scheduler::chunk_len(const SchedRequest* r, int n) const {
 }
 
 int Scheduler::snapshot_prefix(const SchedRequest* r, const std::vector<uint64_t>& keys, std::vector<int>& matched,
-                               int cached) const {
+                               int cached) {
   if (!snapshots_) return cached;
   const int bs = kv_.block_size(), every = snapshots_->interval();
   int p = cached - cached % every;
   for (; p > 0; p -= every) {
     const int b = p / bs - 1;  // the block ending at p
-    if (snapshots_->has(keys[b], b > 0 ? keys[b - 1] : PrefixCache::kRoot, r->tokens.data() + (size_t)b * bs, bs))
-      break;
+    const uint64_t parent = b > 0 ? keys[b - 1] : PrefixCache::kRoot;
+    const int32_t* t = r->tokens.data() + (size_t)b * bs;
+    if (snapshots_->has(keys[b], parent, t, bs)) break;
+    // The disk tier's snapshot of the state there (a restart, or evicted from memory).
+    if (disk_ && disk_->contains(keys[b], KvDiskKind::State)) {
+      const std::span<float> dst = snapshots_->insert(keys[b], parent, t, bs, p);
+      if (disk_->load(keys[b], parent, {t, (size_t)bs}, {(uint8_t*)dst.data(), dst.size_bytes()}, {},
+                      KvDiskKind::State))
+        break;
+      snapshots_->drop(keys[b]);
+    }
   }
   matched.resize(p / bs);
   return p;
@@ -81,6 +90,11 @@ void Scheduler::take_snapshot(SchedRequest* r, uint64_t parent) {
       rs->n_tokens(r->slot) != p)
     return;
   snapshots_->save(r->last_key, parent, r->tokens.data() + (size_t)(p - bs), bs, p, *rs, r->slot);
+  if (disk_ && !disk_->contains(r->last_key, KvDiskKind::State)) {
+    const std::span<const float> d = snapshots_->data(r->last_key);
+    disk_->store(r->last_key, parent, {r->tokens.data() + (size_t)(p - bs), (size_t)bs},
+                 {(const uint8_t*)d.data(), d.size_bytes()}, {}, KvDiskKind::State);
+  }
 }
 
 void Scheduler::add(SchedRequest* r) {
@@ -280,7 +294,7 @@ void Scheduler::admit_waiting(std::vector<StepChunk>& plan, int& budget) {
 }
 
 bool Scheduler::set_disk_tier(KvDiskTier* disk) {
-  if (!prefix_ || kv_.recurrent()) return false;
+  if (!prefix_) return false;  // hybrid models have one only with state snapshots, which the tier then saves too
   disk_ = disk;
   if (!disk_) {
     prefix_->on_insert = nullptr;

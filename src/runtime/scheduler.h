@@ -99,10 +99,10 @@ class Scheduler {
   uint64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
   PrefixCache* prefix_cache() { return prefix_.get(); }
   // Saves every newly indexed block to disk and, at admission, extends a
-  // prompt's cached run with the blocks found there (runtime/kv_disk.h).
-  // Full-attention models only (a hybrid model's recurrent snapshots are not
-  // saved): returns false, and does nothing, without a prefix cache or for a
-  // hybrid model. The tier must outlive the scheduler.
+  // prompt's cached run with the blocks found there (runtime/kv_disk.h);
+  // hybrid models' state snapshots likewise. Returns false, and does nothing,
+  // without a prefix cache (hybrid models: without state snapshots). The tier
+  // must outlive the scheduler.
   bool set_disk_tier(KvDiskTier* disk);
   uint64_t disk_hit_tokens() const { return disk_hit_tokens_; }
   const StateSnapshots* snapshots() const { return snapshots_.get(); }
@@ -118,8 +118,9 @@ class Scheduler {
   int chunk_len(const SchedRequest* r, int n) const;
   // Hybrid models: the longest prefix [0, p) with p <= cached at a snapshot position that has a snapshot;
   // matched is cut to its blocks (none when p is 0). Full-attention models: cached unchanged.
+  // With the disk tier, a snapshot found only on disk is loaded there.
   int snapshot_prefix(const SchedRequest* r, const std::vector<uint64_t>& keys, std::vector<int>& matched,
-                      int cached) const;
+                      int cached);
   void take_snapshot(SchedRequest* r, uint64_t parent);
   // Loads blocks [matched.size(), ...) of r's prompt from the disk tier into
   // fresh pool blocks, indexes them and appends them to matched; stops at the

@@ -58,6 +58,12 @@ void StateSnapshots::save(uint64_t key, uint64_t parent, const int32_t* block_to
     lru_.splice(lru_.end(), lru_, it->second.lru_pos);  // same prefix, same state: keep it, mark it used
     return;
   }
+  copy_state(const_cast<RecurrentState&>(rs), seq, insert(key, parent, block_tokens, n, pos).data(), true);
+  ++stats_.taken;
+}
+
+std::span<float> StateSnapshots::insert(uint64_t key, uint64_t parent, const int32_t* block_tokens, int n, int pos) {
+  if (by_key_.count(key)) drop(key);
   HugeArray<float> data;
   if ((int)by_key_.size() >= max_slots_) {  // reuse the oldest snapshot's memory
     auto old = by_key_.find(lru_.front());
@@ -68,14 +74,19 @@ void StateSnapshots::save(uint64_t key, uint64_t parent, const int32_t* block_to
   } else {
     data = make_huge_array<float>(std::max<uint64_t>(floats_, 1));
   }
-  copy_state(const_cast<RecurrentState&>(rs), seq, data.get(), true);
   Snapshot& s = by_key_[key];
   s.parent = parent;
   s.block_tokens.assign(block_tokens, block_tokens + n);
   s.pos = pos;
   s.data = std::move(data);
   s.lru_pos = lru_.insert(lru_.end(), key);
-  ++stats_.taken;
+  return {s.data.get(), (size_t)floats_};
+}
+
+std::span<const float> StateSnapshots::data(uint64_t key) const {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return {};
+  return {it->second.data.get(), (size_t)floats_};
 }
 
 int StateSnapshots::restore(uint64_t key, uint64_t parent, const int32_t* block_tokens, int n, RecurrentState& rs,

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <list>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -52,6 +53,11 @@ class StateSnapshots {
   // snapshot's position) and returns the position, or -1 if there is none.
   int restore(uint64_t key, uint64_t parent, const int32_t* block_tokens, int n, RecurrentState& rs, int seq);
   void drop(uint64_t key);  // e.g. its KV block was evicted: the snapshot cannot be used any more
+  // The KV disk tier's side (runtime/kv_disk.h): a snapshot's floats (empty if
+  // there is none), and a new snapshot whose floats the caller then fills
+  // (returned; drop(key) if that fails). An existing one for key is replaced.
+  std::span<const float> data(uint64_t key) const;
+  std::span<float> insert(uint64_t key, uint64_t parent, const int32_t* block_tokens, int n, int pos);
 
   void count_lookup(bool hit) { ++(hit ? stats_.hits : stats_.misses); }
   StateSnapshotStats stats() const;
