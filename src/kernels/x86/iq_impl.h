@@ -472,22 +472,28 @@ inline Acc int_total_tail(__m256i t, const Unpacked& u, const Act& a, Acc acc) {
   const __m256 v = _mm256_zextps128_ps256(_mm_cvtepi32_ps(_mm_and_si128(h, _mm_setr_epi32(-1, 0, 0, 0))));
   return _mm256_fmadd_ps(_mm256_mul_ps(u.sc[1], a.d), v, acc);
 }
+template <bool Per16>
 inline Acc block_dot_int_total(const Unpacked& u, const Act& a, Acc acc) {
   __m256i p[8];
   level_products(u, a, p);
-  return int_total_tail(int_scaled_sum(p, u), u, a, acc);
+  return int_total_tail(int_scaled_sum<Per16>(p, u), u, a, acc);
 }
 // The 32 activations of group k with the signs of their weights applied;
 // sgb holds a block's 32 sign bytes (byte 4 k + j: weights 32 k + 8 j ..).
 // Bytes are spread by a shuffle and tested against their bit: no table loads.
-SPOOL_IQ_INLINE __m256i signed_act32(__m256i sgb, int k, const int8_t* x) {
+// Bytes 4 k .. 4 k + 3 of v (k = 0..7), each repeated over 8 bytes: one
+// byte per 8 weights of group k spread over them.
+SPOOL_IQ_INLINE __m256i spread8(__m256i v, int k) {
   // (both immediates spelled out: clang wants a constant even after inlining)
-  const __m256i lane = k < 4 ? _mm256_permute4x64_epi64(sgb, 0x44) : _mm256_permute4x64_epi64(sgb, 0xee);
+  const __m256i lane = k < 4 ? _mm256_permute4x64_epi64(v, 0x44) : _mm256_permute4x64_epi64(v, 0xee);
   const char o = (char)(4 * (k & 3));
-  const __m256i spread = _mm256_shuffle_epi8(
+  return _mm256_shuffle_epi8(
       lane, _mm256_setr_epi8(o, o, o, o, o, o, o, o, o + 1, o + 1, o + 1, o + 1, o + 1, o + 1, o + 1, o + 1, o + 2,
                              o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 2, o + 3, o + 3, o + 3, o + 3, o + 3, o + 3,
                              o + 3, o + 3));
+}
+SPOOL_IQ_INLINE __m256i signed_act32(__m256i sgb, int k, const int8_t* x) {
+  const __m256i spread = spread8(sgb, k);
   const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
   const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
   const __m256i v = _mm256_loadu_si256((const __m256i*)x);
@@ -511,7 +517,7 @@ SPOOL_IQ_INLINE Acc dot(const Unpacked& u, const Act& a, Acc acc) {
 #if !defined(__AVX512BW__)
   } else if constexpr (IntScales<U>::value) {
     if constexpr (U::kIntTotal) {
-      return block_dot_int_total(u, a, acc);
+      return block_dot_int_total<U::kPer16>(u, a, acc);
     } else {
       return block_dot_int<U::kPer16>(u, a, acc);
     }
@@ -944,11 +950,59 @@ struct FastIQ1_S {
 // top nibbles of the four scale words.
 struct FastIQ1_M {
   using Block = BlockIQ1_M;
-  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+  static constexpr bool kIntScales = true, kIntTotal = true, kPer16 = true;  // AVX2
+  static SPOOL_IQ_INLINE uint16_t d16(const uint16_t sc[4]) {
+    return (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+  }
+#if !defined(__AVX512BW__)
+  // The 3-bit scale of each 16 as integers 2 l + 1 (set_int_scales16), d / 8 the block's factor.
+  static SPOOL_IQ_INLINE void scales(const Block& b, Unpacked& u) {
     uint16_t sc[4];
     std::memcpy(sc, b.scales, sizeof sc);
-    const uint16_t d16 = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16)), e = _mm256_set1_ps(0.125f);
+    // scale f (weights 16 f ..): bits 3 (f % 4) .. of word f / 4; group k has f = 2 k (low) and 2 k + 1 (high)
+    const __m256i w = _mm256_permutevar8x32_epi32(_mm256_cvtepu16_epi32(_mm_loadl_epi64((const __m128i*)sc)),
+                                                  _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    const __m256i seven = _mm256_set1_epi32(7);
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(0, 6, 0, 6, 0, 6, 0, 6)), seven);
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(3, 9, 3, 9, 3, 9, 3, 9)), seven);
+    set_int_scales16(u, lo, hi, _cvtsh_ss(d16(sc)) * 0.125f);
+  }
+  // One token: with levels q = 8 p + delta (p in -1..1, delta +-1 per 8
+  // weights), q + 9 = 8 (p + 1) + (delta + 1) is unsigned (0..18): maddubs
+  // takes it with the grid plus one shifted and 0 or 2 added per 8 weights, and
+  // the - 9 sum(x) comes off with the activations' sums of 16 times their
+  // scales in one madd. The block's integer total is the one
+  // block_dot_int_total gets from the levels.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    scales(b, u);
+    // byte s (8 weights 8 s ..): 2 where the shift is + 1 (bit 3 or 7 of qh[s / 2] clear), else 0
+    const __m256i hh = _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)b.qh)),
+        _mm256_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14,
+                         14, 15, 15));
+    const __m256i bit = _mm256_set1_epi16((short)0x8008);
+    const __m256i plus = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hh, bit), bit), _mm256_set1_epi8(2));
+    const uint64_t* grid = bk.gc->iq1s_plus1;
+    __m256i p[8];
+    SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
+      const uint8_t* q = b.qs + 4 * g;
+      const int h0 = b.qh[2 * g], h1 = b.qh[2 * g + 1];
+      const __m256i g1 = grid4x8(grid, q[0] | (h0 & 7) << 8, q[1] | ((h0 >> 4) & 7) << 8, q[2] | (h1 & 7) << 8,
+                                 q[3] | ((h1 >> 4) & 7) << 8);
+      const __m256i u9 = _mm256_add_epi8(_mm256_slli_epi16(g1, 3), spread8(plus, g));
+      p[g] = _mm256_maddubs_epi16(u9, _mm256_loadu_si256((const __m256i*)(a.x + 32 * g)));
+    }
+    const __m256i c16 = _mm256_mullo_epi16(_mm256_castps_si256(u.sc[0]), _mm256_set1_epi16(-9));  // natural order
+    const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)a.bsums), c16);
+    return int_total_tail(_mm256_add_epi32(int_scaled_sum<true>(p, u), corr), u, a, acc);
+  }
+#endif
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+#if defined(__AVX512BW__)
+    uint16_t sc[4];
+    std::memcpy(sc, b.scales, sizeof sc);
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16(sc))), e = _mm256_set1_ps(0.125f);
     // field f (sub-block f): bits 3 (f % 4) .. of word f / 4
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadl_epi64((const __m128i*)sc));
     const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9);
@@ -960,7 +1014,6 @@ struct FastIQ1_M {
       const __m256 l21 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(l, l), _mm256_set1_epi32(1)));
       s[j] = _mm256_mul_ps(_mm256_mul_ps(d, l21), e);
     }
-#if defined(__AVX512BW__)
     set_scales16(u, _mm512_insertf32x8(_mm512_castps256_ps512(s[0]), s[1], 1));
     // Grid points by plain loads, indices assembled in scalar registers (2048
     // entries are too many to permute; loads beat gathers, and a vector of
@@ -984,7 +1037,7 @@ struct FastIQ1_M {
       u.q[k] = _mm512_xor_si512(_mm512_add_epi8(g8, delta), _mm512_set1_epi8((char)0x80));
     }
 #else
-    set_scales16(u, s[0], s[1]);
+    scales(b, u);
     const __m256i f8 = _mm256_set1_epi8((char)0xf8);
     const auto* grid = (const uint64_t*)bk.cb->iq1s;
     SPOOL_UNROLL for (int g = 0; g < 8; ++g) {
