@@ -18,6 +18,7 @@
 #   SPOOL_BIN=build/spool THREADS=2 N_CONV=8000 N_NEXT=32 PORT=8093 REPS=2
 #   WRAP="" (a command prefix for the servers, e.g. "../shared/tools/devsim --mem 4G --read-bw 1G --")
 #   EXTRA_ARGS="" (more `spool serve` flags)
+#   MAX_ID=30000 (token ids are drawn from [100, MAX_ID); keep it below the model's vocabulary)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/server_lib.sh"
@@ -30,18 +31,20 @@ PORT=${PORT:-8093}
 REPS=${REPS:-2}
 WRAP=${WRAP:-}
 EXTRA_ARGS=${EXTRA_ARGS:-}
+MAX_ID=${MAX_ID:-30000}
 CTX=$(( (N_CONV + N_NEXT + 64 + 255) / 256 * 256 ))
 die() { echo "kv_disk_ttft: $*" >&2; exit 1; }
 curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && die "port $PORT is already in use; set PORT"
 WORK=$(mktemp -d /tmp/spool-kvdisk-bench-XXXXXX)
 trap 'stop_group; rm -rf "$WORK"' EXIT
 
-python3 - "$N_CONV" "$N_NEXT" "$WORK" <<'PY'
+python3 - "$N_CONV" "$N_NEXT" "$WORK" "$MAX_ID" <<'PY'
 import json, random, sys
-n, k, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+n, k, work, top = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+lo = min(100, top // 4)
 rng = random.Random(27)
-conv = [rng.randrange(100, 30000) for _ in range(n)]
-nxt = conv + [rng.randrange(100, 30000) for _ in range(k)]
+conv = [rng.randrange(lo, top) for _ in range(n)]
+nxt = conv + [rng.randrange(lo, top) for _ in range(k)]
 for name, ids in (("turn1", conv), ("turn2", nxt)):
     json.dump({"prompt": ids, "max_tokens": 1, "temperature": 0}, open(f"{work}/{name}.json", "w"))
 PY
@@ -66,11 +69,15 @@ post() {  # post FILE -> prints "seconds cached_tokens prompt_tokens"
   python3 -c 'import json,sys; u=json.load(open(sys.argv[1]))["usage"]; print(open(sys.argv[2]).read().strip(), (u.get("prompt_tokens_details") or {}).get("cached_tokens",0), u["prompt_tokens"])' "$WORK/out.json" "$WORK/t"
 }
 metric() { curl -sf "http://127.0.0.1:$PORT/metrics" | awk -v n="$1" '$1==n {print $2}'; }
-kill9() { kill -9 -- "-$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""; }
+gone() {  # waits until no process of the group is left (a killed spool may take a moment to exit and unlock)
+  for _ in $(seq 1 300); do pgrep -g "$1" >/dev/null || return 0; sleep 0.1; done
+}
+kill9() { kill -9 -- "-$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; gone "$SERVER_PID"; SERVER_PID=""; }
 stop_group() {  # SIGTERM to the group, then wait for the port to be free
   [ -n "$SERVER_PID" ] || return 0
   kill -- "-$SERVER_PID" 2>/dev/null || true
   wait "$SERVER_PID" 2>/dev/null || true
+  gone "$SERVER_PID"
   SERVER_PID=""
   for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 || return 0; sleep 0.1; done
 }
