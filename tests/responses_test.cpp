@@ -311,6 +311,65 @@ TEST(ConversationPrompt, FollowUpStartsWithThePreviousTokensExactly) {
   EXPECT_EQ(cut.tokens, p.tokens);
 }
 
+TEST(ConversationPrompt, FollowUpAfterAToolCallKeepsTheModelsOwnCallText) {
+  Qwen2 q;
+  // A Hermes-style template: it writes a call in its own layout, so the
+  // render never starts with the text the model generated for it.
+  const ChatTemplate tools(
+      "{%- for m in messages %}{%- if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n"
+      "</tool_response><|im_end|>\n{% elif m.role == 'assistant' and m.tool_calls %}<|im_start|>assistant\n"
+      "{% for c in m.tool_calls %}<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+      "{{ c.function.arguments | tojson }}}\n</tool_call>\n{% endfor %}<|im_end|>\n{% else %}<|im_start|>"
+      "{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{%- endfor %}{%- if add_generation_prompt %}"
+      "<|im_start|>assistant\n{% endif %}");
+  const auto text = [&](const ojson& messages, bool gen) {
+    return tools.render(jinja::Value::from_json(messages), gen, "", "<|im_end|>");
+  };
+  const int32_t im_end = q.tok->encode("<|im_end|>", false, true).at(0);
+  const ojson user = msg("user", "Weather in Paris?");
+  const ojson call = {{"role", "assistant"}, {"content", ""},
+                      {"tool_calls", ojson::array({{{"id", "c1"}, {"type", "function"},
+                                                    {"function", {{"name", "get_weather"},
+                                                                  {"arguments", {{"city", "Paris"}}}}}}})}};
+  const ojson result = {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "{\"temperature\": 21}"}};
+  const ojson convo = ojson::array({user, call, result});
+  // The model's call, spaced its own way, then its end token.
+  const std::string own = "<tool_call>\n{\"name\":  \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>";
+  ASSERT_EQ(text(ojson::array({user, call}), false).find(own), std::string::npos);
+  std::vector<int32_t> previous = q.tok->encode(text(ojson::array({user}), true), false, true);
+  const std::vector<int32_t> generated = q.char_by_char(own);
+  previous.insert(previous.end(), generated.begin(), generated.end());
+  previous.push_back(im_end);
+
+  // Without knowing where the previous turn sits: the render alone.
+  ConversationPrompt p = conversation_prompt(tools, *q.tok, convo, ojson::object(), {}, previous);
+  EXPECT_EQ(p.how, ConversationPrompt::How::Rendered);
+
+  const PreviousTurnMessages turn{ojson::array({user}), ojson::array({user, call})};
+  p = conversation_prompt(tools, *q.tok, convo, ojson::object(), {}, previous, &turn);
+  EXPECT_EQ(p.how, ConversationPrompt::How::ContinuedOwnText);
+  ASSERT_GT(p.tokens.size(), previous.size());
+  EXPECT_TRUE(std::equal(previous.begin(), previous.end(), p.tokens.begin()));
+  // The previous tokens, then the render after the call's end token.
+  const std::string through = text(ojson::array({user, call}), false);
+  ASSERT_EQ(through.substr(through.size() - 11), "<|im_end|>\n");
+  EXPECT_EQ(tokens_text(*q.tok, p.tokens, previous.size()), "\n" + text(convo, true).substr(through.size()));
+
+  // A call that ended when its grammar did (no end token): the template's turn end follows.
+  std::vector<int32_t> cut = previous;
+  cut.pop_back();
+  p = conversation_prompt(tools, *q.tok, convo, ojson::object(), {}, cut, &turn);
+  EXPECT_EQ(p.how, ConversationPrompt::How::ContinuedOwnText);
+  EXPECT_TRUE(std::equal(cut.begin(), cut.end(), p.tokens.begin()));
+  EXPECT_EQ(tokens_text(*q.tok, p.tokens, cut.size()), "<|im_end|>\n" + text(convo, true).substr(through.size()));
+
+  // Previous tokens of another conversation: the render alone.
+  const PreviousTurnMessages other{ojson::array({msg("user", "Weather in Rome?")}),
+                                   ojson::array({msg("user", "Weather in Rome?"), call})};
+  EXPECT_EQ(conversation_prompt(tools, *q.tok, convo, ojson::object(), {}, previous, &other).how,
+            ConversationPrompt::How::Rendered);
+}
+
 TEST(ConversationPrompt, FallsBackToTheRenderWhenItCannotContinue) {
   Qwen2 q;
   const ojson convo = ojson::array({msg("user", "Hi"), msg("assistant", "Yo"), msg("user", "More")});

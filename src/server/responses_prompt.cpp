@@ -16,11 +16,13 @@ struct Render {
   bool add_bos = false;  // the tokenizer wants BOS and the template did not write it
 };
 
-Render render(const ChatTemplate& tmpl, const Tokenizer& tok, const ojson& messages, const ojson& extra) {
+Render render(const ChatTemplate& tmpl, const Tokenizer& tok, const ojson& messages, const ojson& extra,
+              bool add_generation_prompt = true) {
   const auto token = [&](int32_t id) { return id >= 0 ? tok.token_text(id) : std::string(); };
   const std::string bos = token(tok.bos());
   Render r;
-  r.text = tmpl.render(jinja::Value::from_json(messages), true, bos, token(tok.eos()), jinja::Value::from_json(extra));
+  r.text = tmpl.render(jinja::Value::from_json(messages), add_generation_prompt, bos, token(tok.eos()),
+                       jinja::Value::from_json(extra));
   r.add_bos = tok.add_bos() && tok.bos() >= 0 && !(!bos.empty() && r.text.starts_with(bos));
   return r;
 }
@@ -32,6 +34,12 @@ std::vector<int32_t> with_bos(const Render& r, const Tokenizer& tok) {
 }
 
 void append(std::vector<int32_t>& to, const std::vector<int32_t>& more) { to.insert(to.end(), more.begin(), more.end()); }
+
+ojson without_span_keys(const ojson& messages) {
+  ojson out = messages;
+  for (ojson& m : out) m.erase(kSpanKey);
+  return out;
+}
 
 // Text as it reads once it has been through JSON: bytes that are not UTF-8
 // (a sampled token that is half a character, never completed) replaced by
@@ -52,6 +60,43 @@ bool continue_previous(const Render& full, const Tokenizer& tok, const std::vect
   if (prefix.empty() || !full.text.starts_with(prefix)) return false;
   out = previous;
   append(out, tok.encode(std::string_view(full.text).substr(prefix.size()), false, true));
+  return true;
+}
+
+// `previous` then the render past the previous response's output, when the
+// model's own text of that output differs from the template's (a tool call
+// written with other spacing). The render before the output (with the
+// generation prompt) must be the start of the text of `previous`; the render
+// through the output must be the start of the full render and end as the
+// template ends an assistant turn (found by rendering one with a marker for
+// its content). `previous` is continued with that turn end (less the
+// end-of-generation token the model wrote, if it wrote one) and the rest of
+// the render. The model keeps its own text, as it saw it when it wrote it.
+bool continue_own_text(const ChatTemplate& tmpl, const Tokenizer& tok, const ojson& extra, const Render& full,
+                       const std::vector<int32_t>& previous, const PreviousTurnMessages& turn,
+                       std::vector<int32_t>& out) {
+  const bool bos_first = full.add_bos && !previous.empty() && previous[0] == tok.bos();
+  if (previous.empty() || (full.add_bos && !bos_first)) return false;
+  const Render before = render(tmpl, tok, without_span_keys(turn.before), extra, true);
+  const Render through = render(tmpl, tok, without_span_keys(turn.through), extra, false);
+  const std::string marker = "\x1e" "spool-turn\x1e";
+  ojson marked = without_span_keys(turn.before);
+  marked.push_back({{"role", "assistant"}, {"content", marker}});
+  const Render plain = render(tmpl, tok, marked, extra, false);
+  if (before.add_bos != full.add_bos || through.add_bos != full.add_bos || plain.add_bos != full.add_bos) return false;
+  const std::string seen = as_stored(tokens_text(tok, previous, bos_first ? 1 : 0));
+  if (!seen.starts_with(before.text) || !through.text.starts_with(before.text) || !full.text.starts_with(through.text) ||
+      !plain.text.starts_with(before.text + marker))
+    return false;
+  std::string turn_end = plain.text.substr(before.text.size() + marker.size());
+  if (!through.text.ends_with(turn_end)) return false;
+  if (tok.is_eog(previous.back())) {
+    const std::string eog = tok.token_to_piece(previous.back(), true);
+    if (!turn_end.starts_with(eog)) return false;
+    turn_end.erase(0, eog.size());
+  }
+  out = previous;
+  append(out, tok.encode(turn_end + full.text.substr(through.text.size()), false, true));
   return true;
 }
 
@@ -97,12 +142,6 @@ bool splice_spans(const ChatTemplate& tmpl, const Tokenizer& tok, const ojson& m
   return true;
 }
 
-ojson without_span_keys(const ojson& messages) {
-  ojson out = messages;
-  for (ojson& m : out) m.erase(kSpanKey);
-  return out;
-}
-
 }  // namespace
 
 std::string tokens_text(const Tokenizer& tok, const std::vector<int32_t>& ids, size_t begin) {
@@ -113,11 +152,15 @@ std::string tokens_text(const Tokenizer& tok, const std::vector<int32_t>& ids, s
 
 ConversationPrompt conversation_prompt(const ChatTemplate& tmpl, const Tokenizer& tok, const ojson& messages,
                                        const ojson& extra, const std::vector<std::vector<int32_t>>& spans,
-                                       const std::vector<int32_t>& previous) {
+                                       const std::vector<int32_t>& previous, const PreviousTurnMessages* turn) {
   const Render full = render(tmpl, tok, without_span_keys(messages), extra);
   ConversationPrompt p;
   if (!previous.empty() && continue_previous(full, tok, previous, p.tokens)) {
     p.how = ConversationPrompt::How::Continued;
+    return p;
+  }
+  if (turn && continue_own_text(tmpl, tok, extra, full, previous, *turn, p.tokens)) {
+    p.how = ConversationPrompt::How::ContinuedOwnText;
     return p;
   }
   if (splice_spans(tmpl, tok, messages, extra, spans, full, p.tokens)) {

@@ -73,7 +73,17 @@ void refuse_surely_too_long(const ojson& context, const std::optional<std::strin
                  "holds (" + std::to_string(n_ctx) + ")", "invalid_request_error", "context_length_exceeded", "input");
 }
 
-void build_prompt(ResponseTurn& t, const std::vector<int32_t>& previous, agents::RunStore* store) {
+// The template's messages for the first n items of the conversation.
+ojson template_messages(const ResponseTurn& t, const ChatTemplate& tmpl, size_t n) {
+  StructuredRequest s = t.request.structured;
+  s.messages = items_to_messages(t.request.instructions, ojson(t.context.begin(), t.context.begin() + (ptrdiff_t)n));
+  return template_input(s, tmpl, t.style).messages;
+}
+
+// `n_previous_output`: how many items before this request's input are the
+// previous response's output.
+void build_prompt(ResponseTurn& t, const std::vector<int32_t>& previous, size_t n_previous_output,
+                  agents::RunStore* store) {
   const ServedModel& served = *t.served;
   const Tokenizer& tok = served.engine->model().tokenizer();
   std::vector<std::string> span_ids;
@@ -85,7 +95,14 @@ void build_prompt(ResponseTurn& t, const std::vector<int32_t>& previous, agents:
   t.tools = s.tools_active();
   try {
     const TemplateInput in = template_input(s, *served.chat_template, t.style);
-    const ConversationPrompt p = conversation_prompt(*served.chat_template, tok, in.messages, in.extra, spans, previous);
+    PreviousTurnMessages turn;
+    if (!previous.empty()) {
+      const size_t through = t.context.size() - t.n_own_items;
+      turn.before = template_messages(t, *served.chat_template, through - n_previous_output);
+      turn.through = template_messages(t, *served.chat_template, through);
+    }
+    const ConversationPrompt p = conversation_prompt(*served.chat_template, tok, in.messages, in.extra, spans, previous,
+                                                     previous.empty() ? nullptr : &turn);
     t.prompt = p.tokens;
     t.prompt_how = p.how;
   } catch (const ApiError&) {
@@ -143,18 +160,22 @@ ResponseTurn prepare_turn(ServerContext& ctx, const httplib::Request& req) {
                    "no_chat_template", "input");
   agents::RunStore* store = responses_store(ctx);
   std::vector<int32_t> previous;
+  size_t n_previous_output = 0;
   t.context = ojson::array();
   if (!r.previous_response_id.empty()) {
     const agents::ResponseRecord prev = previous_response(store, r.previous_response_id);
     t.context = ojson::parse(prev.context.dump());
-    for (const json& item : prev.body.value("output", json::array())) t.context.push_back(ojson::parse(item.dump()));
+    for (const json& item : prev.body.value("output", json::array())) {
+      t.context.push_back(ojson::parse(item.dump()));
+      ++n_previous_output;
+    }
     if (prev.body.value("model", "") == t.served->id) previous = prev.tokens;  // ids of the same vocabulary only
   }
   const ojson own = resolve_references(store, r.input);
   for (const ojson& item : own) t.context.push_back(item);
   t.n_own_items = own.size();
   refuse_surely_too_long(t.context, r.instructions, *t.served);
-  build_prompt(t, previous, store);
+  build_prompt(t, previous, n_previous_output, store);
   set_params(t);
   t.id = new_item_id("resp");
   t.skeleton = response_skeleton(r, t.id, t.served->id, (int64_t)std::time(nullptr));

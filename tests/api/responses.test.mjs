@@ -204,6 +204,11 @@ test('a tool call round trip: function_call out, function_call_output in, a text
   assert.equal(r2.output[0].type, 'message');
   assert.ok(r2.output_text.length > 0);
   assert.ok(r2.usage.input_tokens > r1.usage.input_tokens + r1.usage.output_tokens);
+  // The follow-up continues the first turn's tokens (the call as the model wrote it), so their KV is reused:
+  // all but the last partial block (16 positions) of them.
+  const before = r1.usage.input_tokens + r1.usage.output_tokens;
+  assert.ok(r2.usage.input_tokens_details.cached_tokens >= before - 16,
+    `${r2.usage.input_tokens_details.cached_tokens} cached of ${before}`);
   const items = await client.responses.inputItems.list(r2.id, { order: 'asc' });
   assert.deepEqual(items.data.map((i) => i.type), ['message', 'function_call', 'function_call_output']);
   assert.equal(items.data[1].call_id, call.call_id);

@@ -998,8 +998,9 @@ struct FastIQ1_M {
     return int_total_tail(_mm256_add_epi32(int_scaled_sum<true>(p, u), corr), u, a, acc);
   }
 #endif
-  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
 #if defined(__AVX512BW__)
+  // The sixteen scales d (2 l + 1) / 8, in the reduction order.
+  static SPOOL_IQ_INLINE void scales(const Block& b, Unpacked& u) {
     uint16_t sc[4];
     std::memcpy(sc, b.scales, sizeof sc);
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16(sc))), e = _mm256_set1_ps(0.125f);
@@ -1015,6 +1016,45 @@ struct FastIQ1_M {
       s[j] = _mm256_mul_ps(_mm256_mul_ps(d, l21), e);
     }
     set_scales16(u, _mm512_insertf32x8(_mm512_castps256_ps512(s[0]), s[1], 1));
+  }
+  // One token: q + 9 = 8 (p + 1) + (delta + 1) is unsigned (0..18), as on
+  // AVX2, so vpdpbusd takes it with the grid plus one shifted and 0 or 2 added
+  // per 8 weights; each sum of 16 then loses 9 times its activations' sum
+  // (block_dot takes 128 times it off the levels + 128: the same integers).
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    scales(b, u);
+    // bit n (8 weights 8 n ..): the shift's sign, bit 3 (n even) or 7 (n odd) of qh[n / 2]
+    const __m128i qh = _mm_loadu_si128((const __m128i*)b.qh);
+    const uint32_t neg = _pdep_u32(_mm_test_epi8_mask(qh, _mm_set1_epi8(8)), 0x55555555u) |
+                         _pdep_u32(_mm_movepi8_mask(qh), 0xaaaaaaaau);
+    const uint64_t* grid = bk.gc->iq1s_plus1;
+    const __m512i z = _mm512_setzero_si512(), two = _mm512_set1_epi8(2);
+    __m512i s[4];
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
+      __m256i p[2];
+      SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
+        const int g = 2 * k + j;
+        const uint8_t* q = b.qs + 4 * g;
+        const int h0 = b.qh[2 * g], h1 = b.qh[2 * g + 1];
+        p[j] = grid4x8(grid, q[0] | (h0 & 7) << 8, q[1] | ((h0 >> 4) & 7) << 8, q[2] | (h1 & 7) << 8,
+                       q[3] | ((h1 >> 4) & 7) << 8);
+      }
+      const __m512i g8 = _mm512_slli_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(p[0]), p[1], 1), 3);
+      const __m512i u9 = _mm512_add_epi8(g8, _mm512_maskz_mov_epi64((__mmask8)~(neg >> (8 * k)), two));
+      s[k] = _mm512_dpbusd_epi32(z, u9, _mm512_loadu_si512(a.x + 64 * k));
+    }
+    const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+    const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+    const __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
+    const __m512i nine_sums = _mm512_mullo_epi32(_mm512_srai_epi32(a.bias, 7), _mm512_set1_epi32(9));
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(t3, nine_sums));
+    return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), f, acc);
+  }
+#endif
+  static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
+#if defined(__AVX512BW__)
+    scales(b, u);
     // Grid points by plain loads, indices assembled in scalar registers (2048
     // entries are too many to permute; loads beat gathers, and a vector of
     // indices stored and read back stalls on store forwarding).
