@@ -19,8 +19,9 @@
 // Each set reduces a block's sixteen sums of 16 in its own order (kScaleOrder),
 // and the row's scales are stored in that order.
 //
-// Some formats have a fused one-token kernel (dot1: IQ2_XXS, IQ3_XXS, IQ1_S
-// on AVX2, IQ1_S on AVX-512) that skips the signed levels: signs go onto the
+// Some formats have a fused one-token kernel (dot1: IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0 on AVX2; IQ2_XS, IQ2_S, IQ1_S, IQ1_M on
+// AVX-512) that skips the signed levels: signs go onto the
 // activations, or the levels are offset to be unsigned and the offset comes
 // off with the activations' sums. Their integer sums are exact and equal to
 // block_dot's, so the float tail (shared) gives the same result. On AVX2,
@@ -271,6 +272,23 @@ SPOOL_IQ_INLINE __m512i expand_3bit(__m512i codes, int k, const int8_t* lv) {
 using Acc = __m512;
 inline Acc acc_zero() { return _mm512_setzero_ps(); }
 inline float hsum(Acc acc) { return _mm512_reduce_add_ps(acc); }
+
+// The sixteen sums of 16 of four vpdpbusd results (s[k]: weights 64 k ..,
+// four partial sums per 128-bit lane), in kScaleOrder.
+SPOOL_IQ_INLINE __m512i reduce16(const __m512i s[4]) {
+  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+  const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
+}
+// 64 unsigned grid magnitudes (two sets of four 8-byte points) dotted with
+// 64 activations whose signs are flipped where the 64 sign bits are set:
+// the same integers as the signed levels give (activations within +-127).
+SPOOL_IQ_INLINE __m512i dot64_signed(__m256i g0, __m256i g1, uint64_t sign_bits, const int8_t* x) {
+  const __m512i z = _mm512_setzero_si512();
+  const __m512i v = _mm512_loadu_si512(x);
+  const __m512i sx = _mm512_mask_sub_epi8(v, _cvtu64_mask64(sign_bits), z, v);
+  return _mm512_dpbusd_epi32(z, _mm512_inserti64x4(_mm512_castsi256_si512(g0), g1, 1), sx);
+}
 
 // The activation side of a Q8_K block, shared by every weight row dotted with it.
 struct Act {
@@ -544,10 +562,19 @@ SPOOL_IQ_INLINE void iq2_scales16(Unpacked& u, uint16_t d16, const uint8_t* scal
   // as integers (set_int_scales16): d / 8 * (2 l + 1)
   set_int_scales16(u, _mm256_and_si256(b, _mm256_set1_epi32(0xf)), _mm256_srli_epi32(b, 4), _cvtsh_ss(d16) * 0.125f);
 #else
-  const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16)), half = _mm256_set1_ps(0.5f), q = _mm256_set1_ps(0.25f);
-  const __m256 lo = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0xf))), half);
-  const __m256 hi = _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), half);
-  set_scales_lohi(u, _mm256_mul_ps(_mm256_mul_ps(d, lo), q), _mm256_mul_ps(_mm256_mul_ps(d, hi), q));
+  (void)b;
+  // position p (kScaleOrder; built in place: permuting the floats of
+  // set_scales_lohi into that order took half the one-token kernel's time
+  // on Zen 5): nibble kScaleOrder[p] % 2 of byte kScaleOrder[p] / 2, straight into place
+  const __m128i bytes = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i*)scales),
+                                         _mm_setr_epi8(0, 2, 4, 6, 0, 2, 4, 6, 1, 3, 5, 7, 1, 3, 5, 7));
+  const __m512i l = _mm512_and_si512(_mm512_srlv_epi32(_mm512_cvtepu8_epi32(bytes),
+                                                       _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4)),
+                                     _mm512_set1_epi32(0xf));
+  const __m512 d = _mm512_set1_ps(_cvtsh_ss(d16));
+  // d (l + 1/2) / 4, rounded as before: ((d * (l + 1/2)) * 1/4)
+  u.sc = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_add_ps(_mm512_cvtepi32_ps(l), _mm512_set1_ps(0.5f))),
+                       _mm512_set1_ps(0.25f));
 #endif
 }
 
@@ -647,6 +674,33 @@ struct FastIQ2_XS {
     }
     return int_scaled_tail<true>(p, u, a, acc);
   }
+#else
+  // One token: grid magnitudes by plain loads, the signs (index completed by
+  // its parity bit, built in vectors) onto the activations, vpdpbusd.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    iq2_scales16(u, b.d, b.scales);
+    const __m256i sg = sign_bytes(_mm512_loadu_si512(b.qs));
+    const auto* grid = (const uint64_t*)bk.cb->iq2xs;
+    __m512i s[4];
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
+      const uint16_t* v = b.qs + 8 * k;
+      const __m128i lane = k < 2 ? _mm256_castsi256_si128(sg) : _mm256_extracti128_si256(sg, 1);
+      s[k] = dot64_signed(grid4x8(grid, v[0] & 511, v[1] & 511, v[2] & 511, v[3] & 511),
+                          grid4x8(grid, v[4] & 511, v[5] & 511, v[6] & 511, v[7] & 511),
+                          (uint64_t)(k % 2 ? _mm_extract_epi64(lane, 1) : _mm_cvtsi128_si64(lane)), a.x + 64 * k);
+    }
+    return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), _mm512_cvtepi32_ps(reduce16(s)), acc);
+  }
+  // The 32 sign bytes of a block's 32 index words: bits 9-15, completed by
+  // their parity bit.
+  static SPOOL_IQ_INLINE __m256i sign_bytes(__m512i v) {
+    const __m512i f = _mm512_srli_epi16(v, 9);
+    __m512i par = _mm512_xor_si512(f, _mm512_srli_epi16(f, 4));
+    par = _mm512_xor_si512(par, _mm512_srli_epi16(par, 2));
+    par = _mm512_xor_si512(par, _mm512_srli_epi16(par, 1));
+    return _mm512_cvtepi16_epi8(_mm512_ternarylogic_epi32(f, _mm512_slli_epi16(par, 7), _mm512_set1_epi16(0x80), 0xf8));
+  }
 #endif
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
     iq2_scales16(u, b.d, b.scales);
@@ -696,6 +750,28 @@ struct FastIQ2_S {
                                   signed_act32(sgb, k, a.x + 32 * k));
     }
     return int_scaled_tail<true>(p, u, a, acc);
+  }
+#else
+  // One token: grid magnitudes by plain loads (as AVX2; the permute lookup
+  // of unpack is slower for one token), the explicit signs onto the
+  // activations, vpdpbusd.
+  static SPOOL_IQ_INLINE Acc dot1(const Books& bk, const Block& b, const Act& a, Acc acc) {
+    Unpacked u;
+    iq2_scales16(u, b.d, b.scales);
+    const uint8_t* signs = b.qs + kQKK / 8;
+    const auto* grid = (const uint64_t*)bk.cb->iq2s;
+    __m512i s[4];
+    SPOOL_UNROLL for (int k = 0; k < 4; ++k) {
+      __m256i p[2];
+      SPOOL_UNROLL for (int j = 0; j < 2; ++j) {
+        const uint8_t* q = b.qs + 8 * k + 4 * j;
+        const int h = b.qh[2 * k + j];
+        p[j] = grid4x8(grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300),
+                       q[3] | (h << 2 & 0x300));
+      }
+      s[k] = dot64_signed(p[0], p[1], load64(signs + 8 * k), a.x + 64 * k);
+    }
+    return _mm512_fmadd_ps(_mm512_mul_ps(u.sc, a.d), _mm512_cvtepi32_ps(reduce16(s)), acc);
   }
 #endif
   static SPOOL_IQ_INLINE void unpack(const Books& bk, const Block& b, Unpacked& u) {
@@ -1003,19 +1079,14 @@ struct FastIQ1_M {
   static SPOOL_IQ_INLINE void scales(const Block& b, Unpacked& u) {
     uint16_t sc[4];
     std::memcpy(sc, b.scales, sizeof sc);
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(d16(sc))), e = _mm256_set1_ps(0.125f);
-    // field f (sub-block f): bits 3 (f % 4) .. of word f / 4
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadl_epi64((const __m128i*)sc));
-    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9);
-    __m256 s[2];
-    for (int j = 0; j < 2; ++j) {
-      const __m256i x = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1,
-                                                                          2 * j + 1, 2 * j + 1));
-      const __m256i l = _mm256_and_si256(_mm256_srlv_epi32(x, sh), _mm256_set1_epi32(7));
-      const __m256 l21 = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_add_epi32(l, l), _mm256_set1_epi32(1)));
-      s[j] = _mm256_mul_ps(_mm256_mul_ps(d, l21), e);
-    }
-    set_scales16(u, _mm512_insertf32x8(_mm512_castps256_ps512(s[0]), s[1], 1));
+    // field f (sub-block f): bits 3 (f % 4) .. of word f / 4; position p of
+    // kScaleOrder holds f = 4 (p % 4) + p / 4: word p % 4, shifted 3 (p / 4).
+    // Built in place: permuting floats into the order measured slow here.
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_set1_epi64x((long long)load64(b.scales)));
+    const __m512i l = _mm512_and_si512(
+        _mm512_srlv_epi32(w, _mm512_setr_epi32(0, 0, 0, 0, 3, 3, 3, 3, 6, 6, 6, 6, 9, 9, 9, 9)), _mm512_set1_epi32(7));
+    const __m512 l21 = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_add_epi32(l, l), _mm512_set1_epi32(1)));
+    u.sc = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(d16(sc))), l21), _mm512_set1_ps(0.125f));
   }
   // One token: q + 9 = 8 (p + 1) + (delta + 1) is unsigned (0..18), as on
   // AVX2, so vpdpbusd takes it with the grid plus one shifted and 0 or 2 added
