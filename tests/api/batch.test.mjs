@@ -2,7 +2,9 @@
 // 20 requests in, 20 results out with matching custom_id and the same text as
 // each request sent alone at temperature 0; cancel; a bad input file is a 400
 // naming the line; kill -9 in the middle of a batch and a restart on the same
-// data dir: it is still listed and ends completed, finished requests kept.
+// data dir: it is still listed and ends completed, finished requests kept;
+// requests with a shared prefix reuse its KV, from the disk tier after a
+// kill -9 and restart.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -140,6 +142,48 @@ test('kill -9 in the middle of a batch, restart on the same data dir: listed, co
       // The requests finished before the kill were not run again.
       const kept = Number(new RegExp(`\\[batch:${b.id}\\] RUNNING 24 requests \\((\\d+) done before\\)`).exec(s.stderr())[1]);
       assert.ok(kept >= before && kept < 24, `kept ${kept}, done before the kill ${before}`);
+    } finally {
+      await s.stop();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('batch requests with a shared prefix reuse its KV, from the disk tier after a kill -9 and restart', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'spool-batch-prefix-'));
+  const shared = 'Once upon a time, there was a little girl named Lily. She lived in a small house with her mom and ' +
+    'dad. Every day she played in the garden with her big brown dog, and every night she looked at the stars. ';
+  const names = ['Tom', 'Max', 'Sue', 'Ben', 'Amy', 'Sam', 'Zoe', 'Tim'];
+  const batch = (tag) => names.map((n, i) => ({
+    custom_id: `${tag}-${i}`, method: 'POST', url: '/v1/completions',
+    body: { prompt: `${shared}One day ${n} ${tag === 'a' ? 'came' : 'ran'} to`, max_tokens: 8, temperature: 0 },
+  }));
+  const run = async (c, tag) => {
+    const b = await c.batches.create({ input_file_id: (await upload(jsonl(batch(tag)), c)).id, endpoint: '/v1/completions', completion_window: '24h' });
+    const done = await until(c, b.id, ['completed', 'failed']);
+    assert.equal(done.status, 'completed');
+    return (await results(c, done.output_file_id)).map((r) => r.response.body.usage);
+  };
+  const args = ['-c', '512', '--parallel', '2', '--data-dir', dir];
+  try {
+    let s = await startServer(STORIES, args);
+    let usage;
+    try {
+      const solo = await s.client().completions.create({ prompt: shared, max_tokens: 1, temperature: 0 });
+      const prefix = solo.usage.prompt_tokens;
+      assert.ok(prefix >= 64, `${prefix} prefix tokens`);
+      usage = await run(s.client(), 'a');
+      // Every request finds the shared prefix's full blocks (16 positions) computed (by the request above).
+      for (const u of usage) assert.ok(u.prompt_tokens_details.cached_tokens >= prefix - 16 - 1, JSON.stringify(usage));
+      assert.ok(await waitFor(async () => (await metric(s.url, 'spool_kv_disk_pending_writes')) === 0));
+      s.proc.kill('SIGKILL');
+      await new Promise((r) => s.proc.on('exit', r));
+      s = await startServer(STORIES, args);
+      usage = await run(s.client(), 'b');
+      for (const u of usage) assert.ok(u.prompt_tokens_details.cached_tokens >= prefix - 16 - 1, JSON.stringify(usage));
+      // After the restart the prefix came from disk, not from a recomputation.
+      assert.ok(await metric(s.url, 'spool_kv_disk_hit_tokens_total') >= prefix - 16 - 1);
     } finally {
       await s.stop();
     }
