@@ -71,7 +71,7 @@ cmake -S . -B build-arm64 -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake "${launcher[@]}" \
   -Dnlohmann_json_DIR=/usr/share/cmake/nlohmann_json \
   -DCLI11_DIR=/usr/share/cmake/CLI11 \
-  -DGTest_DIR=/usr/lib/aarch64-linux-gnu/cmake/GTest \
+  -DGTest_DIR=/usr/lib/aarch64-linux-gnu/cmake/GTest -DSPOOL_MPI=OFF \
   "-DSPOOL_TEST_EXEC_PREFIX=$(basename "$qemu") -cpu max" >/dev/null
 read -r -a targets <<<"${SPOOL_ARM_TARGETS:-spool spool_tests}"
 for t in "${targets[@]}"; do

@@ -20,13 +20,14 @@ src="${1:-$(cd "$(dirname "$0")/.." && pwd)/src}"
 #    weights, and sits beside weights; model owns a tokenizer, grammar masks tokens.
 #  synth writes model files and uses model's router; plan (cost_plan) prices
 #    synth's Kimi K3 shapes; agents run over runtime; server serves agents.
+#  dist (expert parallelism over MPI) implements model's ExpertParallel.
 declare -A rank=(
   [core]=0
   [kernels]=1 [storage]=1
   [format]=2
   [weights]=3 [text]=3
   [model]=4 [grammar]=4
-  [synth]=5 [runtime]=5
+  [synth]=5 [runtime]=5 [dist]=5
   [plan]=6 [agents]=6
   [server]=7
   [capi]=8

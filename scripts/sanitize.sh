@@ -46,7 +46,7 @@ run_tsan() {
   filter='Engine*:Sampler*:KvPaged*:PrefixCache*:Streaming*:StreamingScratch*:HttpStorage*:LocalStorage*'
   filter+=':Server*:Matmul*:MatmulBatchInvariance*:BatchInvariance*:MoeBatching*:RunStore*:Generation*'
   filter+=':StorageFaults*:HttpStorageFaults*:*GdnEngine*:*HybridPrefix*:SchedulerHints*:PipelineHints*'
-  filter+=":KvPagedHints*:AgentsCli*:StateSnapshotsTest*:KvDisk*"
+  filter+=":KvPagedHints*:AgentsCli*:StateSnapshotsTest*:KvDisk*:ExpertParallel*"
   # tests/tsan.supp: reports from inside Debian's uninstrumented cpp-httplib only (the file says why).
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}"
   stage "tsan: running the threaded tests"

@@ -93,7 +93,7 @@ class Deepseek2Model final : public Model {
       if (l + 1 < c.n_layer && c.is_moe_layer(l + 1))  // speculative: layer l+1's router on this hidden state
         guess_next_experts(weights(), pool(), c, layers_[l + 1].moe, xn, n, moe_s_);
       if (c.is_moe_layer(l))
-        moe_forward(weights(), pool(), c, L.moe, xn, out, n, moe_s_);  // [n, n_embd] routed + shared experts
+        moe_forward(weights(), pool(), c, L.moe, xn, out, n, moe_s_, expert_parallel());  // [n, n_embd] routed + shared experts
       else
         ffn_dense(L, xn, out, n);  // [n, n_embd]
       add_inplace(x, out, (int64_t)n * d);

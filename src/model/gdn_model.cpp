@@ -265,7 +265,7 @@ void GatedDeltaNetModel::advance_states(const Batch& batch, KvCache& kv) {
 void GatedDeltaNetModel::ffn(int l, const float* xn, float* out, int n) {
   const ModelConfig& c = config_;
   const GdnLayerWeights& L = layers_[l];
-  moe_forward(weights(), pool(), c, L.moe, xn, out, n, moe_s_);  // [n, n_embd] routed experts
+  moe_forward(weights(), pool(), c, L.moe, xn, out, n, moe_s_, expert_parallel());  // [n, n_embd] routed experts
   linear_many({L.sh_gate, L.sh_up}, {sh_g_.data(), sh_u_.data()}, xn, n);
   swiglu(sh_g_.data(), sh_u_.data(), (int64_t)n * n_ff_shexp_);
   linear(*L.sh_down, sh_g_.data(), sh_s_.data(), n);  // [n, n_embd] shared expert

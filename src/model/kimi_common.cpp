@@ -111,7 +111,7 @@ void KimiModelBase::attention(int l, const Batch& batch, KvCache& kv, const floa
 
 void KimiModelBase::feed_forward(int l, const float* xn, float* out, int n) {
   if (config_.is_moe_layer(l))
-    moe_forward(weights(), pool(), config_, layers_[l].moe, xn, out, n, moe_s_);  // routed + shared experts
+    moe_forward(weights(), pool(), config_, layers_[l].moe, xn, out, n, moe_s_, expert_parallel());  // routed + shared experts
   else
     ffn_dense(layers_[l], xn, out, n);
 }

@@ -177,7 +177,7 @@ void LlamaFamilyModel::ffn_swiglu(const LlamaLayerWeights& L, const float* xn, f
 }
 
 void LlamaFamilyModel::ffn_moe(const LlamaLayerWeights& L, const float* xn, float* out, int n_tokens) {
-  moe_forward(weights(), pool(), config_, L.moe, xn, out, n_tokens, moe_s_);  // [n_tokens, n_embd]
+  moe_forward(weights(), pool(), config_, L.moe, xn, out, n_tokens, moe_s_, expert_parallel());  // [n_tokens, n_embd]
 }
 
 void LlamaFamilyModel::attention_block(int l, const Batch& batch, KvCache& kv, float* x, int n_tokens,

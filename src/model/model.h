@@ -19,6 +19,7 @@
 namespace spool {
 
 class ThreadPool;
+class ExpertParallel;
 
 // Which form of multi-head latent attention an MLA model computes (model/mla.h).
 enum class MlaForm { Auto, Plain, Absorbed };
@@ -90,10 +91,16 @@ class Model {
   // want_logits set, in batch order, into logits ([n_outputs, n_vocab]).
   virtual void forward(const Batch& batch, KvCache& kv, float* logits) = 0;
 
+  // Expert parallelism (model/expert_parallel.h; src/dist/): routed experts
+  // that `ep` does not call local run in other processes. Not owned; null: all here.
+  void set_expert_parallel(ExpertParallel* ep) { expert_parallel_ = ep; }
+  ExpertParallel* expert_parallel() const { return expert_parallel_; }
+
  protected:
   friend std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options);
   ModelParts parts_;
   ModelConfig config_;
+  ExpertParallel* expert_parallel_ = nullptr;
 };
 
 // The KV cache rows a model of this configuration stores per token and layer.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -15,6 +16,7 @@ namespace spool {
 
 MoeLayerWeights load_moe_weights(const Manifest& m, const std::string& prefix, const ModelConfig& c) {
   MoeLayerWeights w;
+  if (prefix.starts_with("blk.")) w.layer = std::atoi(prefix.c_str() + 4);
   w.router = &expect_tensor(m, prefix + "ffn_gate_inp.weight", {c.n_embd, c.n_expert});
   const int64_t d = c.n_embd_exp > 0 ? c.n_embd_exp : c.n_embd;  // the experts' input and output width
   if (c.n_embd_exp > 0) {
@@ -158,30 +160,94 @@ void group_by_expert(const int32_t* ids, int n_rows, int n_expert, MoeScratch& s
   for (int r = 0; r < n_rows; ++r) s.group_row[fill[ids[r]]++] = r;
 }
 
-// Expert x over its m routed rows (group_row[first .. first + m)); adds each
-// result, times its router weight, to the token's row of out.
-void run_expert(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const ExpertWeights& x, int first, int m,
-                const float* xn, int d, float* out, MoeScratch& s) {
-  const int k = c.n_expert_used;
-  for (int i = 0; i < m; ++i) {  // xe: [m, n_embd] the routed tokens' inputs
-    const int token = s.group_row[first + i] / k;
-    std::memcpy(s.xe.data() + (size_t)i * d, xn + (size_t)token * d, d * sizeof(float));
-  }
+// Expert x's SwiGLU over m contiguous input rows ([m, d]) into y ([m, d]).
+void expert_swiglu(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const ExpertWeights& x,
+                   const float* in, int m, float* y, MoeScratch& s) {
   {
     WeightRef gate = store.acquire(*x.gate), up = store.acquire(*x.up);
-    matmul_pair(pool, gate.mat(), up.mat(), s.xe.data(), m, s.gate.data(), s.up.data(), s.mm);  // [m, n_ff_exp] each
+    matmul_pair(pool, gate.mat(), up.mat(), in, m, s.gate.data(), s.up.data(), s.mm);  // [m, n_ff_exp] each
   }
   ffn_activation(c, s.gate.data(), s.up.data(), (int64_t)m * c.n_ff_exp);
-  {
-    WeightRef down = store.acquire(*x.down);
-    matmul(pool, down.mat(), s.gate.data(), m, s.ye.data(), s.mm);  // [m, n_embd]
+  WeightRef down = store.acquire(*x.down);
+  matmul(pool, down.mat(), s.gate.data(), m, y, s.mm);  // [m, d]
+}
+
+// The inputs of group rows first .. first + m (their tokens' rows of xn) into to ([m, d]).
+void gather_rows(const MoeScratch& s, int k, int first, int m, const float* xn, int d, float* to) {
+  for (int i = 0; i < m; ++i) {
+    const int token = s.group_row[first + i] / k;
+    std::memcpy(to + (size_t)i * d, xn + (size_t)token * d, d * sizeof(float));
   }
+}
+
+// Adds the outputs y ([m, d]) of group rows first .. first + m, times their
+// router weights, to their tokens' rows of out.
+void add_weighted(const MoeScratch& s, int k, int first, int m, const float* y, int d, float* out) {
   for (int i = 0; i < m; ++i) {
     const int row = s.group_row[first + i];
     const float wt = s.weights[row];
     float* o = out + (size_t)(row / k) * d;
-    const float* y = s.ye.data() + (size_t)i * d;
-    for (int j = 0; j < d; ++j) o[j] += wt * y[j];
+    const float* yi = y + (size_t)i * d;
+    for (int j = 0; j < d; ++j) o[j] += wt * yi[j];
+  }
+}
+
+// Expert x over its m routed rows (group_row[first .. first + m)); adds each
+// result, times its router weight, to the token's row of out.
+void run_expert(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const ExpertWeights& x, int first, int m,
+                const float* xn, int d, float* out, MoeScratch& s) {
+  gather_rows(s, c.n_expert_used, first, m, xn, d, s.xe.data());  // xe: [m, d] the routed tokens' inputs
+  expert_swiglu(store, pool, c, x, s.xe.data(), m, s.ye.data(), s);
+  add_weighted(s, c.n_expert_used, first, m, s.ye.data(), d, out);
+}
+
+// The routed experts with some of them in other processes: their rows go out
+// first, the local experts run meanwhile, and every output is then summed in
+// expert order (as run_expert does one expert at a time).
+void run_experts_parallel(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const MoeLayerWeights& w,
+                          ExpertParallel& ep, const float* xn, int d, float* out, MoeScratch& s) {
+  const int n_expert = c.n_expert, k = c.n_expert_used;
+  std::vector<ExpertJob> remote;
+  s.out_at.assign(n_expert, 0);
+  size_t n_remote = 0, n_local = 0;
+  for (int e = 0; e < n_expert; ++e) {
+    const int m = s.group_start[e + 1] - s.group_start[e];
+    if (m == 0) continue;
+    if (ep.local(w.layer, e)) {
+      s.out_at[e] = (int32_t)n_local;
+      n_local += m;
+    } else {
+      s.out_at[e] = (int32_t)n_remote;
+      n_remote += m;
+      remote.push_back({e, m});
+    }
+  }
+  if (s.remote_in.size() < n_remote * d) s.remote_in.resize(n_remote * d);
+  if (s.local_out.size() < n_local * d) s.local_out.resize(n_local * d);
+  for (const ExpertJob& j : remote)
+    gather_rows(s, k, s.group_start[j.expert], j.rows, xn, d, s.remote_in.data() + (size_t)s.out_at[j.expert] * d);
+  if (!remote.empty()) ep.submit(w.layer, d, remote, s.remote_in.data());
+  for (int e = 0; e < n_expert; ++e) {
+    const int first = s.group_start[e], m = s.group_start[e + 1] - first;
+    if (m == 0 || !ep.local(w.layer, e)) continue;
+    try {
+      gather_rows(s, k, first, m, xn, d, s.xe.data());
+      expert_swiglu(store, pool, c, w.experts[e], s.xe.data(), m, s.local_out.data() + (size_t)s.out_at[e] * d, s);
+    } catch (ReadStalled& stalled) {
+      if (!remote.empty()) ep.collect(s.remote_out);  // the other processes' answers are read either way
+      for (int i = first; i < first + m; ++i) stalled.tokens.push_back(s.group_row[i] / k);
+      throw;
+    }
+  }
+  if (!remote.empty()) {
+    ep.collect(s.remote_out);
+    if (s.remote_out.size() < n_remote * d) throw Error("expert parallelism: fewer output rows than were sent");
+  }
+  for (int e = 0; e < n_expert; ++e) {
+    const int first = s.group_start[e], m = s.group_start[e + 1] - first;
+    if (m == 0) continue;
+    const float* y = (ep.local(w.layer, e) ? s.local_out.data() : s.remote_out.data()) + (size_t)s.out_at[e] * d;
+    add_weighted(s, k, first, m, y, d, out);
   }
 }
 
@@ -204,7 +270,7 @@ void add_shared_experts(WeightStore& store, ThreadPool& pool, const ModelConfig&
 }  // namespace
 
 void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const MoeLayerWeights& w,
-                 const float* xn, float* out, int n_tokens, MoeScratch& s) {
+                 const float* xn, float* out, int n_tokens, MoeScratch& s, ExpertParallel* ep) {
   const int n_expert = c.n_expert, k = c.n_expert_used;
   auto grow = [](auto& v, size_t size) { if (v.size() < size) v.resize(size); };
   grow(s.logits, (size_t)n_tokens * n_expert);
@@ -229,7 +295,7 @@ void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
   // The union of the batch's experts is known now: tell the store before computing.
   std::vector<const TensorEntry*> needed;
   for (int e = 0; e < n_expert; ++e)
-    if (s.group_start[e + 1] > s.group_start[e])
+    if (s.group_start[e + 1] > s.group_start[e] && (!ep || ep->local(w.layer, e)))
       needed.insert(needed.end(), {w.experts[e].gate, w.experts[e].up, w.experts[e].down});
   store.prefetch(needed);
 
@@ -246,14 +312,18 @@ void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
     ye = s.yl.data();
   }
   std::memset(ye, 0, (size_t)n_tokens * d * sizeof(float));
-  for (int e = 0; e < n_expert; ++e) {
-    const int first = s.group_start[e], m = s.group_start[e + 1] - first;
-    if (m == 0) continue;
-    try {
-      run_expert(store, pool, c, w.experts[e], first, m, xe, d, ye, s);
-    } catch (ReadStalled& stalled) {  // name the tokens that need this expert (the engine sets them aside)
-      for (int i = first; i < first + m; ++i) stalled.tokens.push_back(s.group_row[i] / k);
-      throw;
+  if (ep) {
+    run_experts_parallel(store, pool, c, w, *ep, xe, d, ye, s);
+  } else {
+    for (int e = 0; e < n_expert; ++e) {
+      const int first = s.group_start[e], m = s.group_start[e + 1] - first;
+      if (m == 0) continue;
+      try {
+        run_expert(store, pool, c, w.experts[e], first, m, xe, d, ye, s);
+      } catch (ReadStalled& stalled) {  // name the tokens that need this expert (the engine sets them aside)
+        for (int i = first; i < first + m; ++i) stalled.tokens.push_back(s.group_row[i] / k);
+        throw;
+      }
     }
   }
   if (w.latent_down) {  // out = routed_up(rmsnorm(yl) * routed_norm)
@@ -294,6 +364,28 @@ void guess_next_experts(WeightStore& store, ThreadPool& pool, const ModelConfig&
     guess.insert(guess.end(), {next.experts[e].gate, next.experts[e].up, next.experts[e].down});
   }
   store.guess_experts(guess);
+}
+
+void run_routed_experts(WeightStore& store, ThreadPool& pool, const ModelConfig& c, const MoeLayerWeights& w,
+                        const std::vector<ExpertJob>& jobs, const float* input, int width, float* output,
+                        MoeScratch& s) {
+  int most = 0;
+  std::vector<const TensorEntry*> needed;
+  for (const ExpertJob& j : jobs) {
+    if (j.expert < 0 || j.expert >= c.n_expert || j.rows <= 0)
+      throw Error("expert parallelism: no expert " + std::to_string(j.expert) + " with " + std::to_string(j.rows) +
+                  " rows in layer " + std::to_string(w.layer));
+    most = std::max(most, j.rows);
+    needed.insert(needed.end(), {w.experts[j.expert].gate, w.experts[j.expert].up, w.experts[j.expert].down});
+  }
+  if (s.gate.size() < (size_t)most * c.n_ff_exp) s.gate.resize((size_t)most * c.n_ff_exp);
+  if (s.up.size() < (size_t)most * c.n_ff_exp) s.up.resize((size_t)most * c.n_ff_exp);
+  store.prefetch(needed);
+  size_t at = 0;
+  for (const ExpertJob& j : jobs) {
+    expert_swiglu(store, pool, c, w.experts[j.expert], input + at * width, j.rows, output + at * width, s);
+    at += j.rows;
+  }
 }
 
 }  // namespace spool

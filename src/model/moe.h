@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/expert_parallel.h"
 #include "weights/weight_store.h"
 
 namespace spool {
@@ -26,6 +27,7 @@ struct ExpertWeights {
 };
 
 struct MoeLayerWeights {
+  int layer = -1;                           // N of "blk.N."
   const TensorEntry* router = nullptr;      // ffn_gate_inp [n_embd, n_expert]
   const TensorEntry* choice_bias = nullptr; // optional exp_probs_b [n_expert]: added to scores to choose only
   std::vector<ExpertWeights> experts;       // [n_expert]
@@ -73,13 +75,26 @@ struct MoeScratch {
   std::vector<float> xe, gate, up, ye;   // [m, n_embd], [m, n_ff_exp] x2, [m, n_embd] for one expert's m tokens
   std::vector<float> xl, yl;             // latent MoE: [n_tokens, n_embd_exp] expert inputs and summed outputs
   std::vector<uint8_t> mm;               // matmul activation conversion
+  // Expert parallelism: rows of the remote experts, in and out; the local
+  // experts' outputs, kept until every output is summed in expert order.
+  std::vector<float> remote_in, remote_out, local_out;
+  std::vector<int32_t> out_at;           // [n_expert] offset of an expert's rows in local_out or remote_out
 };
 
 // out = sum over each token's routed experts e of weight_e * down_e(silu(gate_e x) * up_e x),
 // plus the shared experts' SwiGLU when the layer has them.
-// xn, out: [n_tokens, n_embd].
+// xn, out: [n_tokens, n_embd]. With `ep`, the routed experts it does not
+// call local run in other processes (model/expert_parallel.h); the sum is the
+// same, bit for bit.
 void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& cfg, const MoeLayerWeights& w,
-                 const float* xn, float* out, int n_tokens, MoeScratch& s);
+                 const float* xn, float* out, int n_tokens, MoeScratch& s, ExpertParallel* ep = nullptr);
+
+// The routed experts' side of expert parallelism: for each job in order, its
+// rows of `input` ([rows, width] one job after another) through the expert's
+// SwiGLU, into `output` (same layout, before router weights).
+void run_routed_experts(WeightStore& store, ThreadPool& pool, const ModelConfig& cfg, const MoeLayerWeights& w,
+                        const std::vector<ExpertJob>& jobs, const float* input, int width, float* output,
+                        MoeScratch& s);
 
 // Speculative expert prefetch (streaming stores only: nothing happens unless
 // store.wants_expert_guess()): applies layer `next`'s router to xn, this

@@ -9,6 +9,8 @@
 
 #include "core/byte_size.h"
 #include "core/error.h"
+#include "dist/comm.h"
+#include "dist/expert_dist.h"
 #include "weights/convert.h"
 
 namespace spool::cli {
@@ -51,6 +53,10 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   cmd->add_flag("--verbose-load", f.verbose_load, "Per-tensor load timings on stderr (also SPOOL_LOG=debug)");
   cmd->add_option("--convert", f.convert,
                   "Convert matmul weights at load into TYPE (q8_0, q4_0, f16, ...): faster, in memory, not exact");
+  cmd->add_option("--dist", f.dist,
+                  "Distributed mode, under mpirun: 'ep' deals the routed experts out to all ranks (rank 0 runs the "
+                  "rest and prints; each rank reads its experts from its own copy of the file; docs/DISTRIBUTED.md)")
+      ->check(CLI::IsMember({"ep"}));
   cmd->add_option("--kv-type", f.kv_type,
                   "KV cache element type: f32, or f16 (half the KV memory and attention reads; MLA caches stay f32)")
       ->capture_default_str();
@@ -83,7 +89,62 @@ std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, 
       throw Error(std::string("--convert: ") + e.what());
     }
   }
-  return load_model(resolve_model_path(given_path), opt);
+  if (f.dist.empty()) return load_model(resolve_model_path(given_path), opt);
+  return open_distributed(resolve_model_path(given_path), opt);
+}
+
+namespace {
+
+// The home rank's expert parallelism, for the life of the process; prints its
+// traffic when it ends.
+struct DistHome {
+  std::unique_ptr<dist::HomeExperts> home;
+  ~DistHome() { finish(); }
+  void finish() {
+    if (!home) return;
+    const dist::ExpertTraffic t = home->traffic();
+    std::fprintf(stderr, "dist ep: %d ranks, %llu work messages, %.1f MB sent, %.1f MB received, %.3f s waiting for "
+                 "other ranks\n", home->n_ranks(), (unsigned long long)t.messages, t.bytes_sent / 1e6,
+                 t.bytes_received / 1e6, t.wait_seconds);
+    home.reset();  // tells the other ranks to stop
+  }
+};
+DistHome g_dist_home;
+
+}  // namespace
+
+bool dist_home_rank() { return dist::mpi_world().rank() == 0; }
+
+std::unique_ptr<Model> open_distributed(const std::string& path, const LoadOptions& opt) {
+  dist::Communicator& comm = dist::mpi_world();
+  if (g_dist_home.home)
+    throw Error("--dist ep: one model per process (serve and agents take one model with --dist)");
+  if (comm.rank() != 0) {
+    // Another rank: load the same file, answer the home rank's expert work until it stops, and end quietly.
+    std::unique_ptr<Model> model;
+    std::string error;
+    try {
+      model = load_model(path, opt);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    dist::serve_experts(model.get(), comm, error);
+    model.reset();
+    std::exit(0);
+  }
+  std::unique_ptr<Model> model;
+  try {
+    model = load_model(path, opt);
+  } catch (...) {
+    dist::stop_all(comm);
+    throw;
+  }
+  g_dist_home.home = std::make_unique<dist::HomeExperts>(comm);  // throws naming a rank that could not load
+  // Registered after MPI's own exit handler (made by mpi_world()), so it runs first: the other ranks are told to
+  // stop before MPI_Finalize.
+  std::atexit([] { g_dist_home.finish(); });
+  model->set_expert_parallel(g_dist_home.home.get());
+  return model;
 }
 
 std::vector<int32_t> parse_ids(const std::string& csv) {

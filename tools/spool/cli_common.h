@@ -25,12 +25,19 @@ struct ModelFlags {
   bool verbose_load = false;
   std::string convert;              // --convert TYPE: matmul weights converted at load ("" = as stored)
   std::string kv_type = "f32";      // --kv-type: KV cache element type (f32, f16)
+  std::string dist;                 // --dist ep: expert parallelism over MPI ranks ("" = one process)
 };
 void add_model_flags(CLI::App* cmd, ModelFlags& f);
 // 512, 64K, 1.5G, 8G (binary units); throws spool::Error on anything else.
 uint64_t parse_size(const std::string& s);
 std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& f, int n_ctx,
                                   int n_batch, int n_seq = 1, int n_logits = 0);
+// --dist ep: under mpirun, rank 0 returns the model with the routed experts
+// dealt out over all ranks; every other rank serves its experts and exits
+// inside this call (dist/expert_dist.h).
+std::unique_ptr<Model> open_distributed(const std::string& path, const LoadOptions& opt);
+// --dist: whether this process is the home rank (rank 0) of its MPI job.
+bool dist_home_rank();
 std::vector<int32_t> parse_ids(const std::string& csv);
 std::string join_ids(const std::vector<int32_t>& ids);
 std::string read_text_file(const std::string& path);

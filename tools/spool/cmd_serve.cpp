@@ -52,6 +52,17 @@ std::string model_id_of(const std::string& path) {
 }
 
 void serve(const ServeOptions& o) {
+  // --dist ep: one model; the ranks other than the home rank only compute
+  // experts (no port, no data dir) and end inside open_model.
+  if (!o.model_flags.dist.empty()) {
+    if (o.models.size() > 1) throw Error("--dist ep: serve takes one model (-m)");
+    if (!dist_home_rank()) {
+      std::string arg = o.models.empty() ? "" : o.models[0];
+      if (const size_t eq = arg.find('='); eq != std::string::npos && eq > 0 && !std::filesystem::exists(arg))
+        arg = arg.substr(eq + 1);
+      open_model(resolve_model_path(arg), o.n_threads, o.model_flags, o.n_ctx, o.n_batch, o.parallel);
+    }
+  }
   std::string key = o.api_key;
   if (!o.api_key_file.empty()) {
     if (!key.empty()) throw Error("give either --api-key or --api-key-file, not both");

@@ -1,0 +1,213 @@
+// Expert parallelism over a Communicator; see dist/expert_dist.h.
+// Messages (little-endian, as this host writes them):
+//   work   : u32 kWork, i32 layer, i32 width, i32 n_jobs, n_jobs x (i32 expert, i32 rows), f32 rows x width
+//   answer : u32 kAnswer, f32 rows x width (the jobs' outputs, in order)
+//   error  : u32 kError, the text
+//   ready  : u32 kReady;  stop : u32 kStop
+#include "dist/expert_dist.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "model/moe.h"
+
+namespace spool::dist {
+
+namespace {
+
+enum : uint32_t { kWork = 1, kAnswer = 2, kError = 3, kReady = 4, kStop = 5 };
+
+void put(std::vector<uint8_t>& m, const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  m.insert(m.end(), b, b + n);
+}
+void put_u32(std::vector<uint8_t>& m, uint32_t v) { put(m, &v, 4); }
+
+struct Reader {
+  const std::vector<uint8_t>& m;
+  size_t at = 0;
+  void get(void* p, size_t n) {
+    if (at + n > m.size()) throw Error("expert parallelism: a message of " + std::to_string(m.size()) + " bytes ends early");
+    std::memcpy(p, m.data() + at, n);
+    at += n;
+  }
+  uint32_t u32() {
+    uint32_t v;
+    get(&v, 4);
+    return v;
+  }
+  int32_t i32() { return (int32_t)u32(); }
+};
+
+std::vector<uint8_t> one_word(uint32_t kind) {
+  std::vector<uint8_t> m;
+  put_u32(m, kind);
+  return m;
+}
+
+std::vector<uint8_t> error_message(const std::string& text) {
+  std::vector<uint8_t> m = one_word(kError);
+  put(m, text.data(), text.size());
+  return m;
+}
+
+std::string rank_name(const Communicator& comm, int r) {
+  return "rank " + std::to_string(r) + " (" + comm.host(r) + ")";
+}
+
+}  // namespace
+
+int expert_owner(int layer, int expert, int n_ranks) {
+  if (n_ranks <= 1) return 0;
+  return (int)(((int64_t)expert + (layer < 0 ? 0 : layer)) % n_ranks);
+}
+
+void stop_all(Communicator& comm) {
+  for (int r = 1; r < comm.size(); ++r) comm.send(r, one_word(kStop));
+}
+
+HomeExperts::HomeExperts(Communicator& comm) : comm_(comm) {
+  std::string failed;
+  for (int r = 1; r < comm_.size(); ++r) {
+    const std::vector<uint8_t> m = comm_.recv(r);
+    Reader rd{m};
+    const uint32_t kind = rd.u32();
+    if (kind == kReady) continue;
+    const std::string why = kind == kError ? std::string(m.begin() + 4, m.end()) : "an unexpected message";
+    if (failed.empty()) failed = rank_name(comm_, r) + " could not load the model: " + why;
+  }
+  if (!failed.empty()) {
+    stop();
+    throw Error("--dist ep: " + failed);
+  }
+}
+
+HomeExperts::~HomeExperts() {
+  try {
+    stop();
+  } catch (...) {
+  }
+}
+
+void HomeExperts::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  stop_all(comm_);
+}
+
+bool HomeExperts::local(int layer, int expert) const { return expert_owner(layer, expert, comm_.size()) == 0; }
+
+void HomeExperts::submit(int layer, int width, const std::vector<ExpertJob>& jobs, const float* input) {
+  const int n = comm_.size();
+  std::vector<std::vector<size_t>> mine(n);  // job indices per rank
+  std::vector<size_t> offset(jobs.size());
+  size_t rows = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    offset[i] = rows;
+    rows += jobs[i].rows;
+    const int r = expert_owner(layer, jobs[i].expert, n);
+    if (r == 0) throw Error("expert parallelism: expert " + std::to_string(jobs[i].expert) + " is local");
+    mine[r].push_back(i);
+  }
+  asked_.clear();
+  placement_.clear();
+  pending_rows_ = rows;
+  pending_width_ = width;
+  for (int r = 1; r < n; ++r) {
+    if (mine[r].empty()) continue;
+    std::vector<uint8_t> m = one_word(kWork);
+    put_u32(m, (uint32_t)layer);
+    put_u32(m, (uint32_t)width);
+    put_u32(m, (uint32_t)mine[r].size());
+    size_t r_rows = 0;
+    std::vector<std::pair<size_t, int32_t>> place;
+    for (size_t i : mine[r]) {
+      put_u32(m, (uint32_t)jobs[i].expert);
+      put_u32(m, (uint32_t)jobs[i].rows);
+      place.push_back({offset[i], jobs[i].rows});
+      r_rows += jobs[i].rows;
+    }
+    m.reserve(m.size() + r_rows * width * sizeof(float));
+    for (size_t i : mine[r]) put(m, input + offset[i] * width, (size_t)jobs[i].rows * width * sizeof(float));
+    comm_.send(r, m);
+    asked_.push_back(r);
+    placement_.push_back(std::move(place));
+    ++traffic_.messages;
+    traffic_.bytes_sent += m.size();
+    traffic_.rows_sent += r_rows;
+  }
+}
+
+void HomeExperts::collect(std::vector<float>& output) {
+  const auto t0 = std::chrono::steady_clock::now();
+  output.resize(pending_rows_ * pending_width_);
+  std::string failed;
+  for (size_t a = 0; a < asked_.size(); ++a) {
+    const int r = asked_[a];
+    const std::vector<uint8_t> m = comm_.recv(r);
+    traffic_.bytes_received += m.size();
+    Reader rd{m};
+    const uint32_t kind = rd.u32();
+    if (kind != kAnswer) {
+      const std::string why = kind == kError ? std::string(m.begin() + 4, m.end()) : "an unexpected message";
+      if (failed.empty()) failed = rank_name(comm_, r) + ": " + why;
+      continue;
+    }
+    for (const auto& [at, rows] : placement_[a]) rd.get(output.data() + at * pending_width_, (size_t)rows * pending_width_ * sizeof(float));
+    if (rd.at != m.size()) failed = rank_name(comm_, r) + ": an answer of the wrong size";
+  }
+  asked_.clear();
+  traffic_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!failed.empty()) throw Error("--dist ep: " + failed);
+}
+
+void serve_experts(Model* model, Communicator& comm, const std::string& load_error) {
+  comm.send(0, model ? one_word(kReady) : error_message(load_error.empty() ? "no model" : load_error));
+  std::map<int, MoeLayerWeights> layers;
+  MoeScratch scratch;
+  std::vector<float> input, output;
+  for (;;) {
+    const std::vector<uint8_t> m = comm.recv(0);
+    Reader rd{m};
+    const uint32_t kind = rd.u32();
+    if (kind == kStop) return;
+    try {
+      if (kind != kWork) throw Error("unexpected message " + std::to_string(kind));
+      if (!model) throw Error("no model loaded");
+      const int layer = rd.i32(), width = rd.i32(), n_jobs = rd.i32();
+      if (width <= 0 || n_jobs < 0 || n_jobs > model->config().n_expert)
+        throw Error("a bad work message (width " + std::to_string(width) + ", " + std::to_string(n_jobs) + " jobs)");
+      std::vector<ExpertJob> jobs((size_t)n_jobs);
+      size_t rows = 0;
+      for (ExpertJob& j : jobs) {
+        j.expert = rd.i32();
+        j.rows = rd.i32();
+        if (j.rows <= 0) throw Error("a job of no rows");
+        rows += (size_t)j.rows;
+      }
+      input.resize(rows * width);
+      rd.get(input.data(), input.size() * sizeof(float));
+      auto it = layers.find(layer);
+      if (it == layers.end()) {
+        ModelConfig c = model->config();
+        c.n_expert_shared = 0;  // the shared experts stay on the home rank
+        it = layers.emplace(layer, load_moe_weights(model->file().manifest, "blk." + std::to_string(layer) + ".", c)).first;
+      }
+      const int d = model->config().n_embd_exp > 0 ? model->config().n_embd_exp : model->config().n_embd;
+      if (width != d) throw Error("rows of " + std::to_string(width) + " floats, the experts take " + std::to_string(d));
+      output.resize(rows * width);
+      run_routed_experts(model->weights(), model->pool(), model->config(), it->second, jobs, input.data(), width,
+                         output.data(), scratch);
+      std::vector<uint8_t> answer = one_word(kAnswer);
+      put(answer, output.data(), output.size() * sizeof(float));
+      comm.send(0, answer);
+    } catch (const std::exception& e) {
+      comm.send(0, error_message(e.what()));
+    }
+  }
+}
+
+}  // namespace spool::dist

@@ -1,0 +1,77 @@
+// Expert parallelism over a group of ranks (--dist ep): rank 0, the home
+// rank, runs the whole model but for the routed experts dealt to the other
+// ranks; each of those loads the same model file (its own copy: local disk
+// or HTTP, under its own memory budget and expert cache) and answers the home
+// rank's expert work until told to stop. Per MoE layer and forward pass the
+// home rank sends each rank that owns a selected expert one message with the
+// rows routed to its experts, computes its own experts meanwhile, then takes
+// the answers in rank order; moe_forward sums every expert's output in
+// expert-id order, so the result equals one process's bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "model/expert_parallel.h"
+
+namespace spool {
+class Model;
+}
+
+namespace spool::dist {
+
+// The rank that computes routed expert `expert` of layer `layer`: dealt out
+// in turn, each layer starting one rank further, so that every rank holds
+// an equal share of each layer (within one expert).
+int expert_owner(int layer, int expert, int n_ranks);
+
+// Traffic and waiting of the home rank, since it started.
+struct ExpertTraffic {
+  uint64_t messages = 0;        // work messages sent
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t rows_sent = 0;
+  double wait_seconds = 0;      // time collect() spent waiting for answers
+};
+
+class HomeExperts final : public ExpertParallel {
+ public:
+  // Waits for each other rank to say it loaded the model; throws
+  // spool::Error naming the first rank (and host) that could not, after
+  // telling every rank to stop.
+  explicit HomeExperts(Communicator& comm);
+  // Tells the other ranks to stop.
+  ~HomeExperts() override;
+
+  bool local(int layer, int expert) const override;
+  void submit(int layer, int width, const std::vector<ExpertJob>& jobs, const float* input) override;
+  void collect(std::vector<float>& output) override;
+
+  ExpertTraffic traffic() const { return traffic_; }
+  int n_ranks() const { return comm_.size(); }
+  // Sends every other rank the stop message (once).
+  void stop();
+
+ private:
+  Communicator& comm_;
+  bool stopped_ = false;
+  // The last submit: for each rank asked, its jobs' (offset in the output, rows).
+  std::vector<int> asked_;
+  std::vector<std::vector<std::pair<size_t, int32_t>>> placement_;
+  size_t pending_rows_ = 0;
+  int pending_width_ = 0;
+  ExpertTraffic traffic_;
+};
+
+// A rank other than the home rank: says whether it loaded the model (`model`
+// null and `load_error` the reason when not), then computes the routed
+// experts the home rank sends until the stop message. Errors while computing
+// go back to the home rank as its answer.
+void serve_experts(Model* model, Communicator& comm, const std::string& load_error = "");
+
+// Tells ranks 1 .. n - 1 to stop (a home rank that failed before HomeExperts).
+void stop_all(Communicator& comm);
+
+}  // namespace spool::dist

@@ -1,0 +1,129 @@
+// Expert parallelism (src/dist) with ranks as threads of this process
+// (dist::local_group): the same messages as over MPI, without MPI, so it also
+// runs under the sanitizers. tests/dist/mpi_test.sh runs the real mpirun.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "dist/comm.h"
+#include "dist/expert_dist.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace spool {
+namespace {
+
+using test::all_logits;
+using test::greedy;
+
+std::string fixture(const char* name) { return std::string(SPOOL_SHARED_DIR) + "/fixtures/gguf/" + name; }
+
+std::unique_ptr<Model> load(const std::string& path) {
+  LoadOptions o;
+  o.n_threads = 1;
+  return load_model(path, o);
+}
+
+// Runs fn(home model) on rank 0 with n - 1 expert ranks as threads, each with its own copy of the model.
+template <class Fn>
+void with_ranks(const std::string& path, int n, Fn fn, dist::ExpertTraffic* traffic = nullptr) {
+  auto comms = dist::local_group(n);
+  std::vector<std::thread> ranks;
+  for (int r = 1; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      std::unique_ptr<Model> m = load(path);
+      dist::serve_experts(m.get(), *comms[r]);
+    });
+  {
+    std::unique_ptr<Model> home = load(path);
+    dist::HomeExperts ep(*comms[0]);
+    home->set_expert_parallel(&ep);
+    fn(*home);
+    if (traffic) *traffic = ep.traffic();
+  }  // ~HomeExperts: stop
+  for (std::thread& t : ranks) t.join();
+}
+
+TEST(ExpertParallel, OwnersDealEachLayerEvenly) {
+  for (int n = 1; n <= 5; ++n)
+    for (int layer = 0; layer < 4; ++layer) {
+      std::vector<int> count(n, 0);
+      for (int e = 0; e < 64; ++e) {
+        const int r = dist::expert_owner(layer, e, n);
+        ASSERT_GE(r, 0);
+        ASSERT_LT(r, n);
+        ++count[r];
+      }
+      for (int c : count) EXPECT_LE(c - 64 / n, 1) << n << " ranks";
+    }
+  EXPECT_NE(dist::expert_owner(0, 0, 3), dist::expert_owner(1, 0, 3));  // layers start on different ranks
+}
+
+TEST(ExpertParallel, RanksGiveOneProcesssLogitsAndGreedyTokens) {
+  const std::vector<int32_t> prompt = {1, 5, 9, 13, 2, 7, 11, 3, 17, 4, 8, 21};
+  for (const char* name : {"deepseek3-tiny.q8_0.gguf", "kimi-k3-tiny.f32.gguf", "mixtral-tiny.q8_0.gguf"}) {
+    const std::string path = fixture(name);
+    std::unique_ptr<Model> one = load(path);
+    const std::vector<float> want = all_logits(*one, prompt);
+    const std::vector<int32_t> want_ids = greedy(*one, prompt, 12);
+    for (int n : {2, 3, 4}) {
+      std::vector<float> got;
+      std::vector<int32_t> got_ids;
+      dist::ExpertTraffic t;
+      with_ranks(path, n, [&](Model& m) {
+        got = all_logits(m, prompt);
+        got_ids = greedy(m, prompt, 12);
+      }, &t);
+      EXPECT_EQ(got, want) << name << ", " << n << " ranks";  // bit for bit
+      EXPECT_EQ(got_ids, want_ids) << name << ", " << n << " ranks";
+      EXPECT_GT(t.messages, 0u) << name << ", " << n << " ranks";
+      EXPECT_GT(t.bytes_received, 0u);
+    }
+  }
+}
+
+TEST(ExpertParallel, ARankWithoutTheModelIsNamed) {
+  auto comms = dist::local_group(3);
+  std::thread r1([&] { dist::serve_experts(nullptr, *comms[1], "cannot open 'x.gguf'"); });
+  std::thread r2([&] {
+    std::unique_ptr<Model> m = load(fixture("deepseek3-tiny.q8_0.gguf"));
+    dist::serve_experts(m.get(), *comms[2]);
+  });
+  try {
+    dist::HomeExperts ep(*comms[0]);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 (thread 1) could not load the model: cannot open 'x.gguf'"),
+              std::string::npos) << e.what();
+  }
+  r1.join();  // both were told to stop
+  r2.join();
+}
+
+TEST(ExpertParallel, AnErrorOnARankFailsThePassNamingIt) {
+  auto comms = dist::local_group(2);
+  std::thread r1([&] {
+    std::unique_ptr<Model> m = load(fixture("deepseek3-tiny.q8_0.gguf"));
+    dist::serve_experts(m.get(), *comms[1]);
+  });
+  {
+    dist::HomeExperts ep(*comms[0]);
+    // An expert id the model does not have: the rank answers with an error, and keeps serving.
+    const std::vector<float> rows(64 * 2, 0.5f);
+    ep.submit(1, 64, {{100000, 2}}, rows.data());
+    std::vector<float> out;
+    try {
+      ep.collect(out);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1 (thread 1): "), std::string::npos) << e.what();
+    }
+  }
+  r1.join();
+}
+
+}  // namespace
+}  // namespace spool
