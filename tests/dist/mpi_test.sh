@@ -32,23 +32,32 @@ for m in deepseek3-tiny.f32.gguf deepseek3-tiny.q8_0.gguf kimi-k3-tiny.f32.gguf 
   done
 done
 # spool serve under mpirun: rank 0 serves HTTP, the others only compute experts;
-# a completion at temperature 0 is the text `spool run` generates alone.
+# a completion at temperature 0 is the one a server without --dist gives.
 f=$shared/fixtures/gguf/deepseek3-tiny.q8_0.gguf
+complete() {  # PORT -> the completion's text, as JSON
+  local port=$1
+  for _ in $(seq 1 150); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "Hello there", "max_tokens": 12, "temperature": 0}' |
+    python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))'
+}
 port=$((20000 + RANDOM % 20000))
-"$mpirun" --oversubscribe -np 3 "$spool" serve -m "$f" --port "$port" -t 1 --dist ep --data-dir "$tmp/data" \
-  >"$tmp/serve.log" 2>&1 &
-serve_pid=$!
-for _ in $(seq 1 100); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  sleep 0.2
-done
-got=$(curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "Hello there", "max_tokens": 12, "temperature": 0}' |
-  python3 -c 'import json, sys; sys.stdout.write(json.load(sys.stdin)["choices"][0]["text"])') || true
-kill "$serve_pid" 2>/dev/null || true
-wait "$serve_pid" 2>/dev/null || true
-want=$("$spool" run -m "$f" -p "Hello there" -n 12 --temp 0 -t 1 2>/dev/null)
-[ -n "$got" ] && [ "$got" = "$want" ] || { cat "$tmp/serve.log"; fail "serve --dist ep: '$got', alone: '$want'"; }
+"$spool" serve -m "$f" --port "$port" -t 1 --data-dir "$tmp/data1" >"$tmp/serve1.log" 2>&1 &
+pid=$!
+want=$(complete "$port") || true
+kill "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+port=$((port + 1))
+"$mpirun" --oversubscribe -np 3 "$spool" serve -m "$f" --port "$port" -t 1 --dist ep --data-dir "$tmp/data3" \
+  >"$tmp/serve3.log" 2>&1 &
+pid=$!
+got=$(complete "$port") || true
+kill "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+[ -n "$got" ] && [ "$got" = "$want" ] || { cat "$tmp/serve3.log"; fail "serve --dist ep: $got, one process: $want"; }
 echo "dist_mpi: serve with 3 ranks answers as one process: ok"
 # Rank 1 is given a file that does not exist: the job ends, naming it.
 f=$shared/fixtures/gguf/deepseek3-tiny.q8_0.gguf
