@@ -21,28 +21,32 @@ using test::greedy;
 
 std::string fixture(const char* name) { return std::string(SPOOL_SHARED_DIR) + "/fixtures/gguf/" + name; }
 
-std::unique_ptr<Model> load(const std::string& path) {
+// weight_budget > 0: streamed, with that much for the weights.
+std::unique_ptr<Model> load(const std::string& path, uint64_t weight_budget = 0) {
   LoadOptions o;
   o.n_threads = 1;
+  o.weight_budget = weight_budget;
   return load_model(path, o);
 }
 
 // Runs fn(home model) on rank 0 with n - 1 expert ranks as threads, each with its own copy of the model.
 template <class Fn>
-void with_ranks(const std::string& path, int n, Fn fn, dist::ExpertTraffic* traffic = nullptr) {
+void with_ranks(const std::string& path, int n, Fn fn, dist::ExpertTraffic* traffic = nullptr,
+                std::vector<dist::RankStats>* ranks_out = nullptr, uint64_t weight_budget = 0) {
   auto comms = dist::local_group(n);
   std::vector<std::thread> ranks;
   for (int r = 1; r < n; ++r)
     ranks.emplace_back([&, r] {
-      std::unique_ptr<Model> m = load(path);
+      std::unique_ptr<Model> m = load(path, weight_budget);
       dist::serve_experts(m.get(), *comms[r]);
     });
   {
-    std::unique_ptr<Model> home = load(path);
+    std::unique_ptr<Model> home = load(path, weight_budget);
     dist::HomeExperts ep(*comms[0]);
     home->set_expert_parallel(&ep);
     fn(*home);
     if (traffic) *traffic = ep.traffic();
+    if (ranks_out) *ranks_out = ep.rank_stats();
   }  // ~HomeExperts: stop
   for (std::thread& t : ranks) t.join();
 }
@@ -73,15 +77,41 @@ TEST(ExpertParallel, RanksGiveOneProcesssLogitsAndGreedyTokens) {
       std::vector<float> got;
       std::vector<int32_t> got_ids;
       dist::ExpertTraffic t;
+      std::vector<dist::RankStats> ranks;
       with_ranks(path, n, [&](Model& m) {
         got = all_logits(m, prompt);
         got_ids = greedy(m, prompt, 12);
-      }, &t);
+      }, &t, &ranks);
+      ASSERT_EQ(ranks.size(), (size_t)n);
+      uint64_t answers = 0;
+      for (int r = 1; r < n; ++r) answers += ranks[r].answers;
+      EXPECT_EQ(answers, t.messages) << name << ", " << n << " ranks";  // each work message answered and counted
       EXPECT_EQ(got, want) << name << ", " << n << " ranks";  // bit for bit
       EXPECT_EQ(got_ids, want_ids) << name << ", " << n << " ranks";
       EXPECT_GT(t.messages, 0u) << name << ", " << n << " ranks";
       EXPECT_GT(t.bytes_received, 0u);
     }
+  }
+}
+
+// Each rank streams its experts through its own weight store (the experts'
+// tensors are found in that store's manifest, not the file's).
+TEST(ExpertParallel, RanksStreamTheirExperts) {
+  const std::vector<int32_t> prompt = {1, 5, 9, 13, 2, 7, 11, 3, 17, 4, 8, 21};
+  const std::string path = fixture("deepseek3-tiny.q8_0.gguf");
+  const uint64_t budget = 160 << 10;  // about half of the file's weights
+  std::unique_ptr<Model> one = load(path, budget);
+  ASSERT_TRUE(one->weights().streaming());
+  const std::vector<float> want = all_logits(*one, prompt);
+  std::vector<float> got;
+  dist::ExpertTraffic t;
+  std::vector<dist::RankStats> ranks;
+  with_ranks(path, 3, [&](Model& m) { got = all_logits(m, prompt); }, &t, &ranks, budget);
+  EXPECT_EQ(got, want);
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_GT(ranks[r].answers, 0u) << "rank " << r;
+    EXPECT_GT(ranks[r].lookups, 0u) << "rank " << r;
+    EXPECT_GT(ranks[r].bytes_read, 0u) << "rank " << r;
   }
 }
 

@@ -1,7 +1,7 @@
 // Expert parallelism over a Communicator; see dist/expert_dist.h.
 // Messages (little-endian, as this host writes them):
 //   work   : u32 kWork, i32 layer, i32 width, i32 n_jobs, n_jobs x (i32 expert, i32 rows), f32 rows x width
-//   answer : u32 kAnswer, f32 rows x width (the jobs' outputs, in order)
+//   answer : u32 kAnswer, f32 rows x width (the jobs' outputs, in order), RankStats (6 x u64)
 //   error  : u32 kError, the text
 //   ready  : u32 kReady;  stop : u32 kStop
 #include "dist/expert_dist.h"
@@ -69,7 +69,7 @@ void stop_all(Communicator& comm) {
   for (int r = 1; r < comm.size(); ++r) comm.send(r, one_word(kStop));
 }
 
-HomeExperts::HomeExperts(Communicator& comm) : comm_(comm) {
+HomeExperts::HomeExperts(Communicator& comm) : comm_(comm), ranks_((size_t)comm.size()) {
   std::string failed;
   for (int r = 1; r < comm_.size(); ++r) {
     const std::vector<uint8_t> m = comm_.recv(r);
@@ -157,6 +157,7 @@ void HomeExperts::collect(std::vector<float>& output) {
       continue;
     }
     for (const auto& [at, rows] : placement_[a]) rd.get(output.data() + at * pending_width_, (size_t)rows * pending_width_ * sizeof(float));
+    rd.get(&ranks_[r], sizeof(RankStats));
     if (rd.at != m.size()) failed = rank_name(comm_, r) + ": an answer of the wrong size";
   }
   asked_.clear();
@@ -168,6 +169,7 @@ void serve_experts(Model* model, Communicator& comm, const std::string& load_err
   comm.send(0, model ? one_word(kReady) : error_message(load_error.empty() ? "no model" : load_error));
   std::map<int, MoeLayerWeights> layers;
   MoeScratch scratch;
+  RankStats mine;
   std::vector<float> input, output;
   for (;;) {
     const std::vector<uint8_t> m = comm.recv(0);
@@ -194,15 +196,25 @@ void serve_experts(Model* model, Communicator& comm, const std::string& load_err
       if (it == layers.end()) {
         ModelConfig c = model->config();
         c.n_expert_shared = 0;  // the shared experts stay on the home rank
-        it = layers.emplace(layer, load_moe_weights(model->file().manifest, "blk." + std::to_string(layer) + ".", c)).first;
+        it = layers.emplace(layer, load_moe_weights(model->weights().manifest(), "blk." + std::to_string(layer) + ".", c)).first;
       }
       const int d = model->config().n_embd_exp > 0 ? model->config().n_embd_exp : model->config().n_embd;
       if (width != d) throw Error("rows of " + std::to_string(width) + " floats, the experts take " + std::to_string(d));
       output.resize(rows * width);
+      const auto t0 = std::chrono::steady_clock::now();
       run_routed_experts(model->weights(), model->pool(), model->config(), it->second, jobs, input.data(), width,
                          output.data(), scratch);
+      mine.compute_ns +=
+          (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      ++mine.answers;
+      const StoreStats st = model->weights().stats_snapshot();
+      mine.bytes_read = st.bytes_read;
+      mine.lookups = st.lookups();
+      mine.hits = st.hits_total();
+      mine.io_wait_ns = st.io_wait_ns;
       std::vector<uint8_t> answer = one_word(kAnswer);
       put(answer, output.data(), output.size() * sizeof(float));
+      put(answer, &mine, sizeof mine);
       comm.send(0, answer);
     } catch (const std::exception& e) {
       comm.send(0, error_message(e.what()));

@@ -27,6 +27,17 @@ namespace spool::dist {
 // an equal share of each layer (within one expert).
 int expert_owner(int layer, int expert, int n_ranks);
 
+// What another rank reported with its last answer: its weight store's
+// counters (the experts it read, from disk or cache) and its compute time.
+struct RankStats {
+  uint64_t answers = 0;        // work messages it answered
+  uint64_t bytes_read = 0;     // bytes its weight store read (its load included)
+  uint64_t lookups = 0;        // expert/tensor units its compute asked for
+  uint64_t hits = 0;           // of them, already in memory (cached or read ahead)
+  uint64_t io_wait_ns = 0;     // time its compute waited for reads
+  uint64_t compute_ns = 0;     // time it spent on the home rank's work (reads included)
+};
+
 // Traffic and waiting of the home rank, since it started.
 struct ExpertTraffic {
   uint64_t messages = 0;        // work messages sent
@@ -50,6 +61,8 @@ class HomeExperts final : public ExpertParallel {
   void collect(std::vector<float>& output) override;
 
   ExpertTraffic traffic() const { return traffic_; }
+  // The other ranks' last reports, index = rank (index 0 unused).
+  std::vector<RankStats> rank_stats() const { return ranks_; }
   int n_ranks() const { return comm_.size(); }
   // Sends every other rank the stop message (once).
   void stop();
@@ -63,6 +76,7 @@ class HomeExperts final : public ExpertParallel {
   size_t pending_rows_ = 0;
   int pending_width_ = 0;
   ExpertTraffic traffic_;
+  std::vector<RankStats> ranks_;
 };
 
 // A rank other than the home rank: says whether it loaded the model (`model`

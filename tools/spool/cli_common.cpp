@@ -106,6 +106,15 @@ struct DistHome {
     std::fprintf(stderr, "dist ep: %d ranks, %llu work messages, %.1f MB sent, %.1f MB received, %.3f s waiting for "
                  "other ranks\n", home->n_ranks(), (unsigned long long)t.messages, t.bytes_sent / 1e6,
                  t.bytes_received / 1e6, t.wait_seconds);
+    const std::vector<dist::RankStats> ranks = home->rank_stats();
+    for (size_t r = 1; r < ranks.size(); ++r) {
+      const dist::RankStats& x = ranks[r];
+      const std::string hit = x.lookups ? std::to_string((int)(100.0 * x.hits / x.lookups + 0.5)) + " % of units in memory"
+                                        : std::string("weights resident");
+      std::fprintf(stderr, "dist ep: rank %zu: %llu answers, %.3f s computing (%.3f s of it waiting for reads), "
+                   "%.1f MB read, %s\n", r, (unsigned long long)x.answers, x.compute_ns / 1e9, x.io_wait_ns / 1e9,
+                   x.bytes_read / 1e6, hit.c_str());
+    }
     home.reset();  // tells the other ranks to stop
   }
 };
