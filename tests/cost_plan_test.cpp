@@ -240,3 +240,37 @@ TEST(CostPlan, CliPrintsAssumptionsAndRejectsBadInput) {
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("error:"), std::string::npos) << out;
 }
+
+namespace spool {
+namespace {
+
+// --nodes N (--dist ep): each node reads its 1/N of the experts, and the
+// network carries k (N - 1) / N rows of n_embd floats out and back per MoE layer.
+TEST(CostPlan, NodesShareTheExpertsAndPayTheNetwork) {
+  PlanTypes t;
+  t.type = "UD-IQ1_S";
+  const CostModel m = cost_model_deepseek2("kimi-k2", t);
+  ASSERT_EQ(m.expert_row, 7168);
+  PlanOptions o;
+  o.device = *find_device_profile("workstation");
+  o.hit_rate = 0.25;
+  const CostReport one = compute_cost(m, o);
+  EXPECT_EQ(one.net_bytes_per_token, 0.0);
+  for (int n : {2, 4}) {
+    o.nodes = n;
+    const CostReport r = compute_cost(m, o);
+    EXPECT_DOUBLE_EQ(r.node_expert_read, 0.75 * (double)one.tok_experts / n);
+    EXPECT_DOUBLE_EQ(r.read_per_token, one.dense_streamed + r.node_expert_read);
+    const double rows = 8.0 * (n - 1) / n;
+    EXPECT_DOUBLE_EQ(r.net_bytes_per_token, 2.0 * r.n_moe_layers * rows * 4 * 7168);
+    EXPECT_DOUBLE_EQ(r.net_s_per_token, r.net_bytes_per_token / 125e6 + 2 * 2e-4 * r.n_moe_layers);
+    EXPECT_NEAR(1.0 / r.decode_tok_s, r.read_per_token / o.device.read_bw + r.net_s_per_token, 1e-12);
+    EXPECT_GT(r.decode_tok_s, one.decode_tok_s) << n << " nodes";
+    EXPECT_NE(describe_cost(m, o, r).find(std::to_string(n) + " nodes (--dist ep)"), std::string::npos);
+  }
+  o.nodes = 0;
+  EXPECT_THROW(compute_cost(m, o), Error);
+}
+
+}  // namespace
+}  // namespace spool

@@ -213,6 +213,8 @@ CostModel cost_model_from_gguf(const gguf::File& f, const std::string& path, con
   c.n_layer = m.n_layer;
   c.n_head = (int)f.get_int(a + "attention.head_count", 0);
   const int n_embd = (int)f.get_int(a + "embedding_length", 0);
+  m.expert_row = (int)f.get_int(a + "expert_latent_length", 0) > 0 ? (int)f.get_int(a + "expert_latent_length", 0)
+                                                                    : n_embd;
   std::vector<int64_t> kv_heads(m.n_layer, 0);
   if (const gguf::Value* v = f.find(a + "attention.head_count_kv"); v && v->is_array()) {
     if ((int)v->ints.size() != m.n_layer)
@@ -271,6 +273,7 @@ CostModel cost_model_kimi_k3(const PlanTypes& types) {
   m.n_expert = s.n_expert;
   m.n_expert_used = s.n_expert_used;
   m.n_vocab = plan.n_vocab;
+  m.expert_row = s.n_latent > 0 ? s.n_latent : s.n_embd;
   m.types = native ? "routed experts MXFP4, everything else BF16 (norms, conv, router F32), as the checkpoint ships"
                    : plan.type_rule;
   const DTypeTraits& mx = dtype_traits(DType::MXFP4);
@@ -295,6 +298,8 @@ uint64_t context_bytes(const ModelConfig& kv, int n_ctx) { return kv_bytes_estim
 
 CostReport compute_cost(const CostModel& m, const PlanOptions& o) {
   if (o.n_ctx < 0 || o.n_prompt < 1 || o.n_chunk < 1) throw Error("plan: --ctx, --prompt and --chunk must be positive");
+  if (o.nodes < 1 || !(o.net_bw > 0) || !(o.net_latency >= 0))
+    throw Error("plan: --nodes must be at least 1, --net-bw positive and --net-latency not negative");
   if (!std::isnan(o.hit_rate) && !(o.hit_rate >= 0 && o.hit_rate <= 1)) throw Error("plan: --hit-rate must be in 0..1");
   if (!(o.device.read_bw > 0) || !(o.device.budget_bytes > 0)) throw Error("plan: the device needs RAM and a read bandwidth");
   CostReport r;
@@ -362,6 +367,22 @@ CostReport compute_cost(const CostModel& m, const PlanOptions& o) {
 
   r.read_per_token = r.dense_streamed + (1.0 - r.hit_rate) * (double)r.tok_experts;
   r.decode_tok_s = r.read_per_token > 0 ? o.device.read_bw / r.read_per_token : INFINITY;
+  if (o.nodes > 1) {
+    // Each node caches and reads its 1/N of the experts (the same budget, the
+    // same placement of the rest: the other nodes load the model as the home
+    // node does); the home node also reads the streamed dense part. Reads and
+    // the network are not overlapped (the home node waits for the answers).
+    const double N_nodes = o.nodes;
+    r.node_cached_fraction = n_expert_units ? std::min(1.0, (double)n_slots * N_nodes / (double)n_expert_units) : 1.0;
+    const double hit = r.hit_rate_given ? o.hit_rate : r.node_cached_fraction;
+    r.node_expert_read = (1.0 - hit) * (double)r.tok_experts / N_nodes;
+    const double rows_away = m.n_expert_used * (N_nodes - 1) / N_nodes;  // per MoE layer and token
+    r.net_bytes_per_token = 2.0 * r.n_moe_layers * rows_away * 4.0 * std::max(0, m.expert_row);
+    r.net_s_per_token = r.net_bytes_per_token / o.net_bw + 2.0 * o.net_latency * r.n_moe_layers;
+    r.read_per_token = r.dense_streamed + r.node_expert_read;
+    const double s_per_token = r.read_per_token / o.device.read_bw + r.net_s_per_token;
+    r.decode_tok_s = s_per_token > 0 ? 1.0 / s_per_token : INFINITY;
+  }
 
   // Prefill: each chunk reads the streamed dense part once and the union of
   // the experts its tokens route to: N (1 - (1 - k/N)^c) per layer (uniform routing).
@@ -394,6 +415,13 @@ CostReport compute_cost(const CostModel& m, const PlanOptions& o) {
                    "of its tokens' experts, N(1 - (1 - k/N)^c) per layer, under the same hit rate",
                    o.n_prompt, o.n_chunk));
   if (!m.state_known) as.push_back("recurrent layers of this architecture are not sized here: state bytes missing");
+  if (o.nodes > 1)
+    as.push_back(fmt("--nodes %d (--dist ep): every node is this device; each caches and reads 1/%d of the experts "
+                     "(hit rate its cached share unless --hit-rate); per MoE layer and token %.1f of the %d rows go to "
+                     "other nodes and back as F32 (%d floats), one round trip of 2 x %.2f ms per MoE layer at %.0f MB/s; "
+                     "reads and network add up (not overlapped); TTFT is the one-node figure",
+                     o.nodes, o.nodes, m.n_expert_used * (o.nodes - 1.0) / o.nodes, m.n_expert_used, m.expert_row,
+                     o.net_latency * 1e3, o.net_bw / 1e6));
   return r;
 }
 
@@ -425,12 +453,23 @@ std::string describe_cost(const CostModel& m, const PlanOptions& o, const CostRe
              gb(r.dense_resident).c_str(), gb((double)r.tok_dense()).c_str(),
              r.tok_dense() ? 100.0 * r.dense_resident / (double)r.tok_dense() : 100.0, gb(r.tensor_slots).c_str(),
              gb((double)r.kv_reserved).c_str(), gb(r.expert_cache).c_str(), 100 * r.cached_fraction);
-  out += fmt("  read per token: streamed non-expert %s + experts %s x (1 - hit %.3f) = %s\n",
-             gb(r.dense_streamed).c_str(), gb((double)r.tok_experts).c_str(), r.hit_rate, gb(r.read_per_token).c_str());
+  if (o.nodes > 1)
+    out += fmt("  read per token (home node): streamed non-expert %s + its share of the experts %s / %d x (1 - hit %.3f) "
+               "= %s\n", gb(r.dense_streamed).c_str(), gb((double)r.tok_experts).c_str(), o.nodes,
+               r.hit_rate_given ? o.hit_rate : r.node_cached_fraction, gb(r.read_per_token).c_str());
+  else
+    out += fmt("  read per token: streamed non-expert %s + experts %s x (1 - hit %.3f) = %s\n",
+               gb(r.dense_streamed).c_str(), gb((double)r.tok_experts).c_str(), r.hit_rate, gb(r.read_per_token).c_str());
+  if (o.nodes > 1)
+    out += fmt("  %d nodes (--dist ep): each caches %.1f%% of its share of the experts and reads %s of experts per token "
+               "in parallel; network %.1f MB per token, %.3f s with the round trips\n",
+               o.nodes, 100 * r.node_cached_fraction, gb(r.node_expert_read).c_str(), r.net_bytes_per_token / 1e6,
+               r.net_s_per_token);
   if (std::isinf(r.decode_tok_s))
     out += "  decode: nothing read from storage per token (memory/compute bound; not projected here)\n";
   else
-    out += fmt("  decode: %.3f tok/s (%.2f s/token) at the storage bound\n", r.decode_tok_s, 1.0 / r.decode_tok_s);
+    out += fmt("  decode: %.3f tok/s (%.2f s/token) at the storage bound%s\n", r.decode_tok_s, 1.0 / r.decode_tok_s,
+               o.nodes > 1 ? " plus the network" : "");
   out += fmt("  TTFT (%d-token prompt, chunks of %d, %.0f distinct experts per layer per chunk): reads %s, %.1f s\n",
              o.n_prompt, o.n_chunk, r.distinct_per_chunk, gb(r.prefill_read).c_str(), r.ttft_s);
   out += "assumptions:\n";

@@ -44,6 +44,7 @@ struct CostModel {
   std::string types;   // dtypes in words
   std::vector<CostTensor> tensors;
   int n_layer = 0, n_expert = 0, n_expert_used = 0, n_vocab = 0;
+  int expert_row = 0;  // floats a routed expert reads (and writes) per token: n_embd, or K3's latent width
   ModelConfig kv;      // what the KV / state arithmetic needs (layer pattern, MLA, recurrent shape)
   bool state_known = true;  // false: recurrent layers whose state size this plan cannot derive
 };
@@ -76,6 +77,11 @@ struct PlanOptions {
   int n_ctx = 4096;       // context reserved for KV (one sequence)
   int n_prompt = 512;     // prompt length for TTFT
   int n_chunk = 512;      // prefill chunk (tokens per forward pass)
+  // Expert parallelism (--dist ep, docs/DISTRIBUTED.md): `nodes` machines
+  // like `device`, linked at net_bw bytes/s with net_latency s each way.
+  int nodes = 1;
+  double net_bw = 125e6;      // 1 Gbit/s
+  double net_latency = 2e-4;  // 0.2 ms
 };
 
 struct CostReport {
@@ -96,6 +102,10 @@ struct CostReport {
   bool hit_rate_given = false;
   double read_per_token = 0, decode_tok_s = 0;
   double prefill_read = 0, ttft_s = 0, distinct_per_chunk = 0;
+  // With nodes > 1: per decoded token, the expert bytes each node reads (its
+  // share), the bytes on the network (rows out and back) and the time they
+  // take with one round trip per MoE layer; decode_tok_s includes them.
+  double node_expert_read = 0, net_bytes_per_token = 0, net_s_per_token = 0, node_cached_fraction = 0;
   std::vector<std::string> assumptions;
 };
 

@@ -32,6 +32,7 @@ CostModel cost_model_deepseek2(const std::string& preset, const PlanTypes& types
   m.n_expert = s.n_expert;
   m.n_expert_used = s.n_expert_used;
   m.n_vocab = plan.n_vocab;
+  m.expert_row = s.n_embd;
   std::map<std::string, uint64_t> by_type;
   for (const SynthTensor& t : plan.tensors) {
     m.tensors.push_back({t.name, t.bytes, t.layer, t.routed_expert});

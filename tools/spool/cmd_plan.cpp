@@ -6,7 +6,8 @@
 // bound, with every assumption printed. --context-table compares K3's KV +
 // state bytes with full-attention models of the same size. --type (any synth
 // --type: the low-bit types, llama.cpp's mixes, the dynamic UD-* mixes) prices
-// the preset, or the file retyped from its shapes, in that type.
+// the preset, or the file retyped from its shapes, in that type. --nodes N
+// projects expert parallelism over N such machines (--dist ep).
 #include <cstdio>
 #include <memory>
 
@@ -25,6 +26,9 @@ struct PlanCliOptions {
   double hit_rate = NAN;
   int n_ctx = 4096, n_prompt = 512, n_chunk = 512;
   bool context_table = false;
+  int nodes = 1;
+  double net_gbit = 1.0;
+  double net_latency_ms = 0.2;
 };
 
 DeviceProfile resolve_device(const PlanCliOptions& o) {
@@ -84,6 +88,9 @@ void plan(const PlanCliOptions& o) {
   p.n_ctx = o.n_ctx;
   p.n_prompt = o.n_prompt;
   p.n_chunk = o.n_chunk;
+  p.nodes = o.nodes;
+  p.net_bw = o.net_gbit * 1e9 / 8;
+  p.net_latency = o.net_latency_ms / 1e3;
   std::printf("%s", describe_cost(m, p, compute_cost(m, p)).c_str());
 }
 
@@ -116,6 +123,13 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--ctx", o->n_ctx, "Context reserved for KV + state (tokens)")->capture_default_str();
   cmd->add_option("--prompt", o->n_prompt, "Prompt length for TTFT (tokens)")->capture_default_str();
   cmd->add_option("--chunk", o->n_chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str();
+  cmd->add_option("--nodes", o->nodes,
+                  "Machines like --device under --dist ep (docs/DISTRIBUTED.md): each caches and reads its share of "
+                  "the experts; the projection adds the network")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--net-gbit", o->net_gbit, "With --nodes: network bandwidth, Gbit/s")->capture_default_str();
+  cmd->add_option("--net-latency", o->net_latency_ms, "With --nodes: one-way network latency, ms")->capture_default_str();
   cmd->add_flag("--context-table", o->context_table,
                 "Print KV + state bytes at 2k, 32k and 128k tokens against full-attention models of the same size");
   cmd->callback([o] { plan(*o); });
