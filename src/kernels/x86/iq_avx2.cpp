@@ -1,7 +1,7 @@
-// The avx2 table's kernels of the low-bit types (x86/iq_impl.h and
+// The avx2 table's kernels of the low-bit types (x86/iq_impl.h, iq_gemm_impl.h and
 // x86/iq_q8_0_impl.h compiled with the avx2 flags).
 #define SPOOL_X86_ISA avx2
-#include "kernels/x86/iq_impl.h"
+#include "kernels/x86/iq_gemm_impl.h"
 #include "kernels/x86/iq_q8_0_impl.h"
 
 namespace spool::detail {
