@@ -25,14 +25,9 @@ class Communicator {
   virtual std::string host(int rank) const = 0;
 };
 
-// Whether this build can run over MPI.
-bool mpi_available();
 // The MPI world of this process (MPI_Init on the first call, MPI_Finalize at
 // exit). Throws spool::Error in a build without MPI.
 Communicator& mpi_world();
-// Whether this process was started by an MPI launcher (mpirun sets
-// OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK).
-bool launched_by_mpi();
 
 // `n` communicators of one group in this process, rank i at index i, for
 // ranks run as threads (tests).

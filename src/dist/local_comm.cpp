@@ -1,7 +1,6 @@
 // Ranks as threads of one process (dist/comm.h local_group): one queue per
 // ordered pair of ranks.
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <mutex>
 
@@ -53,12 +52,6 @@ std::vector<std::unique_ptr<Communicator>> local_group(int n) {
   std::vector<std::unique_ptr<Communicator>> out;
   for (int i = 0; i < n; ++i) out.push_back(std::make_unique<LocalComm>(box, i));
   return out;
-}
-
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(v)) return true;
-  return false;
 }
 
 }  // namespace spool::dist

@@ -89,16 +89,12 @@ class MpiWorld final : public Communicator {
 
 }  // namespace
 
-bool mpi_available() { return true; }
-
 Communicator& mpi_world() {
   static MpiWorld* world = new MpiWorld();
   return *world;
 }
 
 #else
-
-bool mpi_available() { return false; }
 
 Communicator& mpi_world() {
   throw Error("this spool was built without MPI (install Open MPI or MPICH and rebuild) so --dist is not available");
