@@ -3,6 +3,7 @@
 // runs under the sanitizers. tests/dist/mpi_test.sh runs the real mpirun.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,7 +33,8 @@ std::unique_ptr<Model> load(const std::string& path, uint64_t weight_budget = 0)
 // Runs fn(home model) on rank 0 with n - 1 expert ranks as threads, each with its own copy of the model.
 template <class Fn>
 void with_ranks(const std::string& path, int n, Fn fn, dist::ExpertTraffic* traffic = nullptr,
-                std::vector<dist::RankStats>* ranks_out = nullptr, uint64_t weight_budget = 0) {
+                std::vector<dist::RankStats>* ranks_out = nullptr, uint64_t weight_budget = 0,
+                dist::PlacementCosts costs = {}) {
   auto comms = dist::local_group(n);
   std::vector<std::thread> ranks;
   for (int r = 1; r < n; ++r)
@@ -43,6 +45,7 @@ void with_ranks(const std::string& path, int n, Fn fn, dist::ExpertTraffic* traf
   {
     std::unique_ptr<Model> home = load(path, weight_budget);
     dist::HomeExperts ep(*comms[0]);
+    ep.set_costs(costs);
     home->set_expert_parallel(&ep);
     fn(*home);
     if (traffic) *traffic = ep.traffic();
@@ -64,6 +67,51 @@ TEST(ExpertParallel, OwnersDealEachLayerEvenly) {
       for (int c : count) EXPECT_LE(c - 64 / n, 1) << n << " ranks";
     }
   EXPECT_NE(dist::expert_owner(0, 0, 3), dist::expert_owner(1, 0, 3));  // layers start on different ranks
+}
+
+// Loads per rank of a placement, as place_jobs counts them.
+std::vector<double> loads(int layer, const std::vector<ExpertJob>& jobs, const std::vector<int>& rank, int n,
+                          const dist::PlacementCosts& c) {
+  std::vector<double> l(n, 0.0);
+  l[0] = c.home_rows;
+  for (size_t i = 0; i < jobs.size(); ++i) l[rank[i]] += c.read_rows + jobs[i].rows;
+  (void)layer;
+  return l;
+}
+
+TEST(ExpertParallel, APassCrowdedOnOneRankIsSpreadOverAll) {
+  const int n = 4, layer = 3;
+  std::vector<ExpertJob> jobs;  // 8 one-row jobs, all owned by rank 1
+  for (int e = 0; (int)jobs.size() < 8; ++e)
+    if (dist::expert_owner(layer, e, n) == 1) jobs.push_back({e, 1});
+  const dist::PlacementCosts streamed{16, 0};
+  std::vector<int> rank = dist::place_jobs(layer, jobs, n, streamed);
+  ASSERT_EQ(rank.size(), jobs.size());
+  std::vector<int> count(n, 0);
+  for (int r : rank) ++count[r];
+  for (int r = 0; r < n; ++r) EXPECT_EQ(count[r], 2) << "rank " << r;
+  EXPECT_EQ(rank, dist::place_jobs(layer, jobs, n, streamed));  // a function of its arguments
+
+  // The home rank's own reads: it takes fewer jobs; the largest load is as small as whole jobs allow.
+  const dist::PlacementCosts home_busy{16, 40};  // more than two jobs of its own
+  rank = dist::place_jobs(layer, jobs, n, home_busy);
+  count.assign(n, 0);
+  for (int r : rank) ++count[r];
+  EXPECT_EQ(count[0], 0);
+  std::vector<double> l = loads(layer, jobs, rank, n, home_busy);
+  EXPECT_LE(*std::max_element(l.begin(), l.end()), 3 * 17.0);
+
+  // A balanced pass stays where it is: every job on its owner.
+  std::vector<ExpertJob> even;
+  for (int e = 0; e < 8; ++e) even.push_back({e, 1});
+  rank = dist::place_jobs(layer, even, n, streamed);
+  for (size_t i = 0; i < even.size(); ++i) EXPECT_EQ(rank[i], dist::expert_owner(layer, even[i].expert, n));
+
+  // Rows count too: one big job alone, the small ones elsewhere.
+  std::vector<ExpertJob> mixed = {{jobs[0].expert, 40}, {jobs[1].expert, 5}, {jobs[2].expert, 5}, {jobs[3].expert, 5}};
+  rank = dist::place_jobs(layer, mixed, n, {});
+  for (size_t i = 1; i < mixed.size(); ++i) EXPECT_NE(rank[i], rank[0]) << i;
+  EXPECT_EQ(dist::place_jobs(layer, mixed, 1, {}), std::vector<int>(mixed.size(), 0));
 }
 
 TEST(ExpertParallel, RanksGiveOneProcesssLogitsAndGreedyTokens) {
@@ -91,6 +139,13 @@ TEST(ExpertParallel, RanksGiveOneProcesssLogitsAndGreedyTokens) {
       EXPECT_GT(t.messages, 0u) << name << ", " << n << " ranks";
       EXPECT_GT(t.bytes_received, 0u);
     }
+    // Balanced for streamed experts with a busy home rank: many jobs leave their owner, the values stay.
+    std::vector<float> got;
+    dist::ExpertTraffic t;
+    with_ranks(path, 4, [&](Model& m) { got = all_logits(m, prompt); }, &t, nullptr, 0, {16, 40});
+    EXPECT_EQ(got, want) << name;
+    EXPECT_GT(t.jobs_moved, 0u) << name;
+    EXPECT_LT(t.jobs_home, t.jobs / 4) << name;
   }
 }
 
@@ -143,6 +198,9 @@ TEST(ExpertParallel, AnErrorOnARankFailsThePassNamingIt) {
     dist::HomeExperts ep(*comms[0]);
     // An expert id the model does not have: the rank answers with an error, and keeps serving.
     const std::vector<float> rows(64 * 2, 0.5f);
+    std::vector<uint8_t> here;
+    ep.place(1, {{100000, 2}}, here);
+    ASSERT_EQ(here, std::vector<uint8_t>{0});  // rank 1 owns it
     ep.submit(1, 64, {{100000, 2}}, rows.data());
     std::vector<float> out;
     try {

@@ -7,6 +7,7 @@
 #include "dist/expert_dist.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -65,6 +66,39 @@ int expert_owner(int layer, int expert, int n_ranks) {
   return (int)(((int64_t)expert + (layer < 0 ? 0 : layer)) % n_ranks);
 }
 
+std::vector<int> place_jobs(int layer, const std::vector<ExpertJob>& jobs, int n_ranks,
+                            const PlacementCosts& costs) {
+  std::vector<int> rank(jobs.size(), 0);
+  if (n_ranks <= 1) return rank;
+  std::vector<double> load((size_t)n_ranks, 0.0);
+  load[0] = costs.home_rows;
+  auto cost = [&](size_t i) { return costs.read_rows + jobs[i].rows; };
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    rank[i] = expert_owner(layer, jobs[i].expert, n_ranks);
+    load[rank[i]] += cost(i);
+  }
+  // Each move lowers the sum of the squared loads, so this ends; the bound is a guard.
+  for (size_t step = 0; step < 4 * jobs.size() + 4; ++step) {
+    int hi = 0, lo = 0;
+    for (int r = 1; r < n_ranks; ++r) {
+      if (load[r] > load[hi]) hi = r;
+      if (load[r] < load[lo]) lo = r;
+    }
+    size_t best = jobs.size();
+    double best_gap = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (rank[i] != hi || load[lo] + cost(i) >= load[hi]) continue;  // the move must lower the larger load
+      const double gap = std::abs((load[hi] - cost(i)) - (load[lo] + cost(i)));
+      if (best == jobs.size() || gap < best_gap) best = i, best_gap = gap;
+    }
+    if (best == jobs.size()) break;
+    rank[best] = lo;
+    load[hi] -= cost(best);
+    load[lo] += cost(best);
+  }
+  return rank;
+}
+
 void stop_all(Communicator& comm) {
   for (int r = 1; r < comm.size(); ++r) comm.send(r, one_word(kStop));
 }
@@ -98,7 +132,21 @@ void HomeExperts::stop() {
   stop_all(comm_);
 }
 
-bool HomeExperts::local(int layer, int expert) const { return expert_owner(layer, expert, comm_.size()) == 0; }
+void HomeExperts::place(int layer, const std::vector<ExpertJob>& jobs, std::vector<uint8_t>& here) {
+  const int n = comm_.size();
+  const std::vector<int> rank = place_jobs(layer, jobs, n, costs_);
+  here.assign(jobs.size(), 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const int e = jobs[i].expert;
+    if (e < 0) throw Error("expert parallelism: expert " + std::to_string(e));
+    if ((size_t)e >= rank_of_.size()) rank_of_.resize((size_t)e + 1, -1);
+    rank_of_[e] = rank[i];
+    here[i] = rank[i] == 0;
+    ++traffic_.jobs;
+    traffic_.jobs_moved += rank[i] != expert_owner(layer, e, n);
+    traffic_.jobs_home += rank[i] == 0;
+  }
+}
 
 void HomeExperts::submit(int layer, int width, const std::vector<ExpertJob>& jobs, const float* input) {
   const int n = comm_.size();
@@ -108,8 +156,11 @@ void HomeExperts::submit(int layer, int width, const std::vector<ExpertJob>& job
   for (size_t i = 0; i < jobs.size(); ++i) {
     offset[i] = rows;
     rows += jobs[i].rows;
-    const int r = expert_owner(layer, jobs[i].expert, n);
-    if (r == 0) throw Error("expert parallelism: expert " + std::to_string(jobs[i].expert) + " is local");
+    const int e = jobs[i].expert;
+    const int r = e >= 0 && (size_t)e < rank_of_.size() ? rank_of_[e] : -1;
+    if (r <= 0 || r >= n)
+      throw Error("expert parallelism: expert " + std::to_string(e) + " of layer " + std::to_string(layer) +
+                  " was not placed on another rank");
     mine[r].push_back(i);
   }
   asked_.clear();

@@ -22,10 +22,29 @@ class Model;
 
 namespace spool::dist {
 
-// The rank that computes routed expert `expert` of layer `layer`: dealt out
-// in turn, each layer starting one rank further, so that every rank holds
-// an equal share of each layer (within one expert).
+// The rank that owns routed expert `expert` of layer `layer` (computes it
+// unless the pass is unbalanced, see place_jobs): dealt out in turn, each
+// layer starting one rank further, so that every rank holds an equal share of
+// each layer (within one expert).
 int expert_owner(int layer, int expert, int n_ranks);
+
+// What a job costs a rank, in rows (one token through one expert):
+// `read_rows` for reading the expert's weights (0 when the weights are in
+// memory), and `home_rows` that rank 0 spends per layer on its own (streamed
+// attention and dense weights), so that it takes fewer experts.
+struct PlacementCosts {
+  double read_rows = 0;
+  double home_rows = 0;
+};
+
+// The rank that computes each of one pass's jobs. Every job starts on its
+// owner; then, while the most loaded rank (costs above) can give a job to the
+// least loaded one and so lower the larger of their loads, it does (the job
+// whose move leaves the two closest). Every rank can compute every expert (each
+// has the whole file), so a pass whose selected experts crowd on one rank is
+// spread over all; an expert mostly stays with its owner, whose cache keeps it.
+// Depends only on its arguments.
+std::vector<int> place_jobs(int layer, const std::vector<ExpertJob>& jobs, int n_ranks, const PlacementCosts& costs);
 
 // What another rank reported with its last answer: its weight store's
 // counters (the experts it read, from disk or cache) and its compute time.
@@ -44,6 +63,9 @@ struct ExpertTraffic {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t rows_sent = 0;
+  uint64_t jobs = 0;            // routed-expert jobs placed (one expert of one pass), local ones included
+  uint64_t jobs_moved = 0;      // of them, run by a rank other than the expert's owner (balance)
+  uint64_t jobs_home = 0;       // of them, run by the home rank
   double wait_seconds = 0;      // time collect() spent waiting for answers
 };
 
@@ -56,7 +78,7 @@ class HomeExperts final : public ExpertParallel {
   // Tells the other ranks to stop.
   ~HomeExperts() override;
 
-  bool local(int layer, int expert) const override;
+  void place(int layer, const std::vector<ExpertJob>& jobs, std::vector<uint8_t>& here) override;
   void submit(int layer, int width, const std::vector<ExpertJob>& jobs, const float* input) override;
   void collect(std::vector<float>& output) override;
 
@@ -64,12 +86,16 @@ class HomeExperts final : public ExpertParallel {
   // The other ranks' last reports, index = rank (index 0 unused).
   std::vector<RankStats> rank_stats() const { return ranks_; }
   int n_ranks() const { return comm_.size(); }
+  void set_costs(const PlacementCosts& c) { costs_ = c; }
+  PlacementCosts costs() const { return costs_; }
   // Sends every other rank the stop message (once).
   void stop();
 
  private:
   Communicator& comm_;
   bool stopped_ = false;
+  PlacementCosts costs_;
+  std::vector<int> rank_of_;  // the last place(): the rank of each expert id placed
   // The last submit: for each rank asked, its jobs' (offset in the output, rows).
   std::vector<int> asked_;
   std::vector<std::vector<std::pair<size_t, int32_t>>> placement_;

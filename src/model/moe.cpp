@@ -210,16 +210,14 @@ void run_experts_parallel(WeightStore& store, ThreadPool& pool, const ModelConfi
   std::vector<ExpertJob> remote;
   s.out_at.assign(n_expert, 0);
   size_t n_remote = 0, n_local = 0;
-  for (int e = 0; e < n_expert; ++e) {
-    const int m = s.group_start[e + 1] - s.group_start[e];
-    if (m == 0) continue;
-    if (ep.local(w.layer, e)) {
-      s.out_at[e] = (int32_t)n_local;
-      n_local += m;
+  for (const ExpertJob& j : s.jobs) {
+    if (s.here[j.expert]) {
+      s.out_at[j.expert] = (int32_t)n_local;
+      n_local += j.rows;
     } else {
-      s.out_at[e] = (int32_t)n_remote;
-      n_remote += m;
-      remote.push_back({e, m});
+      s.out_at[j.expert] = (int32_t)n_remote;
+      n_remote += j.rows;
+      remote.push_back(j);
     }
   }
   if (s.remote_in.size() < n_remote * d) s.remote_in.resize(n_remote * d);
@@ -227,12 +225,13 @@ void run_experts_parallel(WeightStore& store, ThreadPool& pool, const ModelConfi
   for (const ExpertJob& j : remote)
     gather_rows(s, k, s.group_start[j.expert], j.rows, xn, d, s.remote_in.data() + (size_t)s.out_at[j.expert] * d);
   if (!remote.empty()) ep.submit(w.layer, d, remote, s.remote_in.data());
-  for (int e = 0; e < n_expert; ++e) {
-    const int first = s.group_start[e], m = s.group_start[e + 1] - first;
-    if (m == 0 || !ep.local(w.layer, e)) continue;
+  for (const ExpertJob& j : s.jobs) {
+    if (!s.here[j.expert]) continue;
+    const int first = s.group_start[j.expert], m = j.rows;
     try {
       gather_rows(s, k, first, m, xn, d, s.xe.data());
-      expert_swiglu(store, pool, c, w.experts[e], s.xe.data(), m, s.local_out.data() + (size_t)s.out_at[e] * d, s);
+      expert_swiglu(store, pool, c, w.experts[j.expert], s.xe.data(), m,
+                    s.local_out.data() + (size_t)s.out_at[j.expert] * d, s);
     } catch (ReadStalled& stalled) {
       if (!remote.empty()) ep.collect(s.remote_out);  // the other processes' answers are read either way
       for (int i = first; i < first + m; ++i) stalled.tokens.push_back(s.group_row[i] / k);
@@ -243,11 +242,9 @@ void run_experts_parallel(WeightStore& store, ThreadPool& pool, const ModelConfi
     ep.collect(s.remote_out);
     if (s.remote_out.size() < n_remote * d) throw Error("expert parallelism: fewer output rows than were sent");
   }
-  for (int e = 0; e < n_expert; ++e) {
-    const int first = s.group_start[e], m = s.group_start[e + 1] - first;
-    if (m == 0) continue;
-    const float* y = (ep.local(w.layer, e) ? s.local_out.data() : s.remote_out.data()) + (size_t)s.out_at[e] * d;
-    add_weighted(s, k, first, m, y, d, out);
+  for (const ExpertJob& j : s.jobs) {  // expert-id order, wherever each ran
+    const float* y = (s.here[j.expert] ? s.local_out.data() : s.remote_out.data()) + (size_t)s.out_at[j.expert] * d;
+    add_weighted(s, k, s.group_start[j.expert], j.rows, y, d, out);
   }
 }
 
@@ -292,10 +289,21 @@ void moe_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
   }
   group_by_expert(s.ids.data(), n_tokens * k, n_expert, s);
 
+  // With expert parallelism, which of the selected experts run in this process.
+  if (ep) {
+    s.jobs.clear();
+    for (int e = 0; e < n_expert; ++e)
+      if (s.group_start[e + 1] > s.group_start[e]) s.jobs.push_back({e, s.group_start[e + 1] - s.group_start[e]});
+    ep->place(w.layer, s.jobs, s.job_here);
+    if (s.job_here.size() != s.jobs.size()) throw Error("expert parallelism: a placement of the wrong size");
+    s.here.assign(n_expert, 0);
+    for (size_t i = 0; i < s.jobs.size(); ++i) s.here[s.jobs[i].expert] = s.job_here[i];
+  }
+
   // The union of the batch's experts is known now: tell the store before computing.
   std::vector<const TensorEntry*> needed;
   for (int e = 0; e < n_expert; ++e)
-    if (s.group_start[e + 1] > s.group_start[e] && (!ep || ep->local(w.layer, e)))
+    if (s.group_start[e + 1] > s.group_start[e] && (!ep || s.here[e]))
       needed.insert(needed.end(), {w.experts[e].gate, w.experts[e].up, w.experts[e].down});
   store.prefetch(needed);
 
@@ -380,6 +388,7 @@ void run_routed_experts(WeightStore& store, ThreadPool& pool, const ModelConfig&
   }
   if (s.gate.size() < (size_t)most * c.n_ff_exp) s.gate.resize((size_t)most * c.n_ff_exp);
   if (s.up.size() < (size_t)most * c.n_ff_exp) s.up.resize((size_t)most * c.n_ff_exp);
+  store.will_use_experts_of(w.layer);
   store.prefetch(needed);
   size_t at = 0;
   for (const ExpertJob& j : jobs) {

@@ -79,6 +79,9 @@ struct MoeScratch {
   // experts' outputs, kept until every output is summed in expert order.
   std::vector<float> remote_in, remote_out, local_out;
   std::vector<int32_t> out_at;           // [n_expert] offset of an expert's rows in local_out or remote_out
+  std::vector<ExpertJob> jobs;           // the selected experts and their rows, in expert-id order
+  std::vector<uint8_t> job_here;         // [jobs] 1: computed in this process (ExpertParallel::place)
+  std::vector<uint8_t> here;             // [n_expert] the same by expert id
 };
 
 // out = sum over each token's routed experts e of weight_e * down_e(silu(gate_e x) * up_e x),

@@ -40,6 +40,7 @@ struct StoreStats {
   uint64_t arena_bytes = 0, resident_bytes = 0, budget_bytes = 0, peak_pinned_bytes = 0;
   int expert_slots = 0, tensor_slots = 0;
   uint64_t expert_slot_bytes = 0, tensor_slot_bytes = 0;
+  uint64_t streamed_tensor_bytes = 0;  // non-expert tensors not resident: read again by every pass
 
   // Over all layers: units needed by compute, and of them those already in memory (cached or read ahead).
   uint64_t lookups() const {

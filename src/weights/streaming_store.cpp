@@ -232,6 +232,11 @@ class StreamingStoreImpl final : public StreamingStore {
     if (layer >= 0 && layer < (int)layer_units_.size()) enqueue(layer_units_[layer], low_);
   }
 
+  void will_use_experts_of(int layer) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_layer_ = layer - 1;  // protects read-aheads of `layer - 1` and `layer` (is_protected)
+  }
+
   // Guessing needs room for two layers' experts at once (this layer's and the
   // guess); with fewer slots a guess only pushes out what this layer is using.
   bool wants_expert_guess() const override {
@@ -594,6 +599,7 @@ class StreamingStoreImpl final : public StreamingStore {
     stats_.tensor_slot_bytes = tensor_slot;
     uint64_t streamed_bytes = 0;
     for (int u : streamed) streamed_bytes += units_[u].bytes;
+    stats_.streamed_tensor_bytes = streamed_bytes;
     std::fprintf(stderr,
                  "spool: streaming: budget %s for weights: %zu tensors resident (%s), %zu streamed (%s) in %d slots "
                  "of %s; %zu experts streamed in %d slots of %s (policy %s)\n",

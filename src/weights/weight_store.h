@@ -78,6 +78,10 @@ class WeightStore {
   // layer's router early and name the experts it expects (speculative
   // prefetch); the store counts how often the guess was right.
   virtual void will_use_layer(int layer) {}
+  // A process that computes only some routed experts (an expert-parallel
+  // rank, src/dist) works on layer `layer` next: its read-aheads for that
+  // layer are kept until used; nothing else is read for the layer.
+  virtual void will_use_experts_of(int layer) {}
   virtual bool wants_expert_guess() const { return false; }
   virtual void guess_experts(const std::vector<const TensorEntry*>& tensors) {}
   // Read-stall limit of expert lookups, in ms (0, the default: wait as long as

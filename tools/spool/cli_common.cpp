@@ -106,6 +106,10 @@ struct DistHome {
     std::fprintf(stderr, "dist ep: %d ranks, %llu work messages, %.1f MB sent, %.1f MB received, %.3f s waiting for "
                  "other ranks\n", home->n_ranks(), (unsigned long long)t.messages, t.bytes_sent / 1e6,
                  t.bytes_received / 1e6, t.wait_seconds);
+    if (t.jobs)
+      std::fprintf(stderr, "dist ep: %llu expert jobs, %.0f %% on the home rank, %.0f %% moved off their owner to "
+                   "balance the ranks\n", (unsigned long long)t.jobs, 100.0 * t.jobs_home / t.jobs,
+                   100.0 * t.jobs_moved / t.jobs);
     const std::vector<dist::RankStats> ranks = home->rank_stats();
     for (size_t r = 1; r < ranks.size(); ++r) {
       const dist::RankStats& x = ranks[r];
@@ -119,6 +123,24 @@ struct DistHome {
   }
 };
 DistHome g_dist_home;
+
+// Costs of --dist ep's balancing (dist::place_jobs): when the experts are
+// streamed, reading one is counted as 16 rows of compute (a one-token expert
+// matvec is a few ms from memory, a 20-80 ms read from a 0.3-1 GB/s disk; rows
+// of a prompt chunk are cheaper than that, so 16 is a middle), and the home
+// rank's own reads per MoE layer (the non-expert tensors it streams) in the
+// same unit.
+dist::PlacementCosts placement_costs(Model& model) {
+  dist::PlacementCosts c;
+  const StoreStats st = model.weights().stats_snapshot();
+  if (st.expert_slots == 0 || st.expert_slot_bytes == 0) return c;  // resident: rows only
+  constexpr double kReadRows = 16;
+  c.read_rows = kReadRows;
+  const ModelConfig& mc = model.config();
+  const int moe_layers = std::max(1, mc.n_layer - (int)mc.dense_ffn_layers.size());
+  c.home_rows = kReadRows * (double)st.streamed_tensor_bytes / moe_layers / (double)st.expert_slot_bytes;
+  return c;
+}
 
 }  // namespace
 
@@ -149,6 +171,7 @@ std::unique_ptr<Model> open_distributed(const std::string& path, const LoadOptio
     throw;
   }
   g_dist_home.home = std::make_unique<dist::HomeExperts>(comm);  // throws naming a rank that could not load
+  g_dist_home.home->set_costs(placement_costs(*model));
   // Registered after MPI's own exit handler (made by mpi_world()), so it runs first: the other ranks are told to
   // stop before MPI_Finalize.
   std::atexit([] { g_dist_home.finish(); });
