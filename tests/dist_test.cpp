@@ -22,11 +22,13 @@ using test::greedy;
 
 std::string fixture(const char* name) { return std::string(SPOOL_SHARED_DIR) + "/fixtures/gguf/" + name; }
 
-// weight_budget > 0: streamed, with that much for the weights.
-std::unique_ptr<Model> load(const std::string& path, uint64_t weight_budget = 0) {
+// weight_budget > 0: streamed, with that much for the weights (only for the
+// routed experts with experts_only, as an expert rank loads).
+std::unique_ptr<Model> load(const std::string& path, uint64_t weight_budget = 0, bool experts_only = false) {
   LoadOptions o;
   o.n_threads = 1;
   o.weight_budget = weight_budget;
+  o.experts_only = experts_only;
   return load_model(path, o);
 }
 
@@ -39,7 +41,7 @@ void with_ranks(const std::string& path, int n, Fn fn, dist::ExpertTraffic* traf
   std::vector<std::thread> ranks;
   for (int r = 1; r < n; ++r)
     ranks.emplace_back([&, r] {
-      std::unique_ptr<Model> m = load(path, weight_budget);
+      std::unique_ptr<Model> m = load(path, weight_budget, true);
       dist::serve_experts(m.get(), *comms[r]);
     });
   {
@@ -167,6 +169,29 @@ TEST(ExpertParallel, RanksStreamTheirExperts) {
     EXPECT_GT(ranks[r].answers, 0u) << "rank " << r;
     EXPECT_GT(ranks[r].lookups, 0u) << "rank " << r;
     EXPECT_GT(ranks[r].bytes_read, 0u) << "rank " << r;
+  }
+}
+
+// An expert rank's store holds only the routed experts: its whole budget
+// caches them, and any other tensor is refused by name.
+TEST(ExpertParallel, AnExpertRankHoldsOnlyTheRoutedExperts) {
+  const std::string path = fixture("deepseek3-tiny.q8_0.gguf");
+  const uint64_t budget = 160 << 10;
+  std::unique_ptr<Model> all = load(path, budget), experts = load(path, budget, true);
+  const StoreStats a = all->weights().stats_snapshot(), e = experts->weights().stats_snapshot();
+  EXPECT_GT(a.resident_bytes, 0u);
+  EXPECT_EQ(e.resident_bytes, 0u);
+  EXPECT_EQ(e.tensor_slots, 0);
+  EXPECT_GT(e.expert_slots, a.expert_slots);
+  const TensorEntry* attn = nullptr;
+  for (const TensorEntry& t : experts->weights().manifest().tensors)
+    if (t.expert < 0 && t.name.find("attn") != std::string::npos && !t.memory) attn = &t;
+  ASSERT_NE(attn, nullptr);
+  try {
+    experts->weights().acquire(*attn);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find(attn->name), std::string::npos) << err.what();
   }
 }
 

@@ -138,7 +138,7 @@ function tile(key, label, value) {
 
 function modelStats(s) {
   const m = s.models.find((x) => x.id === modelId) ?? s.models[0];
-  return { engine: m.engine, weights: m.weights, memBudget: s.mem_budget_bytes, rss: s.process.rss_bytes, time: s.time };
+  return { engine: m.engine, weights: m.weights, dist: m.dist, memBudget: s.mem_budget_bytes, rss: s.process.rss_bytes, time: s.time };
 }
 
 function delta(a, b) {
@@ -216,6 +216,19 @@ function paintTiles(now, d, raw) {
     tile('w-hit', 'Weight-cache hit rate', w.lookups ? fmtPct(w.hits / w.lookups) : '–');
     tile('w-read', 'Weights read, total', fmtBytes(w.bytes_read));
     tile('w-budget', 'RSS / --mem-budget', now.memBudget ? `${fmtBytes(now.rss)} / ${fmtBytes(now.memBudget)}` : 'no budget');
+  }
+  if (now.dist) paintDist(now.dist);
+}
+
+// --dist ep: the home rank's traffic, and one tile per other rank (its own disk and cache).
+function paintDist(x) {
+  tile('dist-ranks', 'Ranks (--dist ep)', `${x.ranks}: ${x.expert_jobs ? fmtPct(x.expert_jobs_home / x.expert_jobs) : '–'} of expert jobs here`);
+  tile('dist-net', 'Network + MPI per token', x.network_seconds_per_token === null ? '–' : fmtMs(x.network_seconds_per_token));
+  tile('dist-wait', 'Waiting for ranks per token', x.wait_seconds_per_token === null ? '–' : fmtMs(x.wait_seconds_per_token));
+  tile('dist-bytes', 'Sent / received', `${fmtBytes(x.bytes_sent)} / ${fmtBytes(x.bytes_received)}`);
+  for (const r of x.rank) {
+    tile(`dist-rank-${r.rank}`, `Rank ${r.rank} (${r.host}): read, hit rate, compute`,
+      `${fmtBytes(r.bytes_read)}, ${r.hit_rate === null ? 'resident' : fmtPct(r.hit_rate)}, ${fmtMs(r.compute_seconds)}`);
   }
 }
 

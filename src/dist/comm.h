@@ -29,6 +29,13 @@ class Communicator {
 // exit). Throws spool::Error in a build without MPI.
 Communicator& mpi_world();
 
+// The process is ending (mpirun sends SIGTERM to every rank when one dies,
+// or the job is stopped): every wait of mpi_world()'s recv(), now or later,
+// gives up and throws spool::Error naming the rank it waited for, so that the
+// requests in flight fail with a message instead of hanging until mpirun's
+// SIGKILL. Any thread.
+void interrupt_waits();
+
 // `n` communicators of one group in this process, rank i at index i, for
 // ranks run as threads (tests).
 std::vector<std::unique_ptr<Communicator>> local_group(int n);

@@ -6,6 +6,7 @@
 //   ready  : u32 kReady;  stop : u32 kStop
 #include "dist/expert_dist.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -53,6 +54,10 @@ std::vector<uint8_t> error_message(const std::string& text) {
   std::vector<uint8_t> m = one_word(kError);
   put(m, text.data(), text.size());
   return m;
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string rank_name(const Communicator& comm, int r) {
@@ -136,6 +141,7 @@ void HomeExperts::place(int layer, const std::vector<ExpertJob>& jobs, std::vect
   const int n = comm_.size();
   const std::vector<int> rank = place_jobs(layer, jobs, n, costs_);
   here.assign(jobs.size(), 0);
+  std::lock_guard<std::mutex> lock(stats_mu_);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const int e = jobs[i].expert;
     if (e < 0) throw Error("expert parallelism: expert " + std::to_string(e));
@@ -167,6 +173,7 @@ void HomeExperts::submit(int layer, int width, const std::vector<ExpertJob>& job
   placement_.clear();
   pending_rows_ = rows;
   pending_width_ = width;
+  submitted_at_ = seconds_now();
   for (int r = 1; r < n; ++r) {
     if (mine[r].empty()) continue;
     std::vector<uint8_t> m = one_word(kWork);
@@ -186,6 +193,7 @@ void HomeExperts::submit(int layer, int width, const std::vector<ExpertJob>& job
     comm_.send(r, m);
     asked_.push_back(r);
     placement_.push_back(std::move(place));
+    std::lock_guard<std::mutex> lock(stats_mu_);
     ++traffic_.messages;
     traffic_.bytes_sent += m.size();
     traffic_.rows_sent += r_rows;
@@ -193,13 +201,16 @@ void HomeExperts::submit(int layer, int width, const std::vector<ExpertJob>& job
 }
 
 void HomeExperts::collect(std::vector<float>& output) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = seconds_now();
   output.resize(pending_rows_ * pending_width_);
   std::string failed;
+  uint64_t received = 0;
+  double slowest = 0;  // the longest compute time among the answers, seconds
+  std::vector<std::pair<int, RankStats>> reports;
   for (size_t a = 0; a < asked_.size(); ++a) {
     const int r = asked_[a];
     const std::vector<uint8_t> m = comm_.recv(r);
-    traffic_.bytes_received += m.size();
+    received += m.size();
     Reader rd{m};
     const uint32_t kind = rd.u32();
     if (kind != kAnswer) {
@@ -208,12 +219,50 @@ void HomeExperts::collect(std::vector<float>& output) {
       continue;
     }
     for (const auto& [at, rows] : placement_[a]) rd.get(output.data() + at * pending_width_, (size_t)rows * pending_width_ * sizeof(float));
-    rd.get(&ranks_[r], sizeof(RankStats));
+    RankStats st;
+    rd.get(&st, sizeof st);
     if (rd.at != m.size()) failed = rank_name(comm_, r) + ": an answer of the wrong size";
+    reports.push_back({r, st});
+  }
+  const double t1 = seconds_now();
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    for (const auto& [r, st] : reports) {
+      slowest = std::max(slowest, (st.compute_ns - std::min(st.compute_ns, ranks_[r].compute_ns)) / 1e9);
+      ranks_[r] = st;
+    }
+    traffic_.bytes_received += received;
+    if (!asked_.empty()) {
+      ++traffic_.passes;
+      traffic_.wait_seconds += t1 - t0;
+      // The wait beyond what the slowest rank's compute explains: transport (the answers could have
+      // been in at submit + slowest; waiting only began at t0).
+      traffic_.network_seconds += std::clamp(t1 - std::max(t0, submitted_at_ + slowest), 0.0, t1 - t0);
+    }
   }
   asked_.clear();
-  traffic_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!failed.empty()) throw Error("--dist ep: " + failed);
+}
+
+ExpertParallelStats HomeExperts::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ExpertParallelStats s;
+  s.ranks = comm_.size();
+  s.messages = traffic_.messages;
+  s.bytes_sent = traffic_.bytes_sent;
+  s.bytes_received = traffic_.bytes_received;
+  s.passes = traffic_.passes;
+  s.jobs = traffic_.jobs;
+  s.jobs_home = traffic_.jobs_home;
+  s.jobs_moved = traffic_.jobs_moved;
+  s.wait_seconds = traffic_.wait_seconds;
+  s.network_seconds = traffic_.network_seconds;
+  for (int r = 1; r < comm_.size(); ++r) {
+    const RankStats& x = ranks_[r];
+    s.rank.push_back({r, comm_.host(r), x.answers, x.bytes_read, x.lookups, x.hits, x.io_wait_ns / 1e9,
+                      x.compute_ns / 1e9});
+  }
+  return s;
 }
 
 void serve_experts(Model* model, Communicator& comm, const std::string& load_error) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,7 +67,9 @@ struct ExpertTraffic {
   uint64_t jobs = 0;            // routed-expert jobs placed (one expert of one pass), local ones included
   uint64_t jobs_moved = 0;      // of them, run by a rank other than the expert's owner (balance)
   uint64_t jobs_home = 0;       // of them, run by the home rank
+  uint64_t passes = 0;          // collect() calls
   double wait_seconds = 0;      // time collect() spent waiting for answers
+  double network_seconds = 0;   // of it, beyond the slowest asked rank's compute time (see ExpertParallelStats)
 };
 
 class HomeExperts final : public ExpertParallel {
@@ -81,10 +84,17 @@ class HomeExperts final : public ExpertParallel {
   void place(int layer, const std::vector<ExpertJob>& jobs, std::vector<uint8_t>& here) override;
   void submit(int layer, int width, const std::vector<ExpertJob>& jobs, const float* input) override;
   void collect(std::vector<float>& output) override;
+  ExpertParallelStats stats() const override;
 
-  ExpertTraffic traffic() const { return traffic_; }
+  ExpertTraffic traffic() const {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return traffic_;
+  }
   // The other ranks' last reports, index = rank (index 0 unused).
-  std::vector<RankStats> rank_stats() const { return ranks_; }
+  std::vector<RankStats> rank_stats() const {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return ranks_;
+  }
   int n_ranks() const { return comm_.size(); }
   void set_costs(const PlacementCosts& c) { costs_ = c; }
   PlacementCosts costs() const { return costs_; }
@@ -101,6 +111,8 @@ class HomeExperts final : public ExpertParallel {
   std::vector<std::vector<std::pair<size_t, int32_t>>> placement_;
   size_t pending_rows_ = 0;
   int pending_width_ = 0;
+  double submitted_at_ = 0;  // seconds (steady clock) of the last submit
+  mutable std::mutex stats_mu_;  // traffic_ and ranks_, read by other threads (stats())
   ExpertTraffic traffic_;
   std::vector<RankStats> ranks_;
 };

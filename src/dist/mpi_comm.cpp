@@ -4,6 +4,8 @@
 #include "core/error.h"
 #include "dist/comm.h"
 
+#include <atomic>
+
 #if defined(SPOOL_WITH_MPI)
 #include <mpi.h>
 
@@ -14,6 +16,12 @@
 #endif
 
 namespace spool::dist {
+
+namespace {
+std::atomic<bool> g_interrupted{false};
+}  // namespace
+
+void interrupt_waits() { g_interrupted.store(true); }
 
 #if defined(SPOOL_WITH_MPI)
 
@@ -55,20 +63,36 @@ class MpiWorld final : public Communicator {
   int size() const override { return size_; }
   void send(int to, const std::vector<uint8_t>& bytes) override {
     if (bytes.size() > (size_t)INT_MAX) throw Error("MPI: a message of " + std::to_string(bytes.size()) + " bytes is too long");
-    const int rc = MPI_Send(bytes.data(), (int)bytes.size(), MPI_BYTE, to, 0, MPI_COMM_WORLD);
+    // Isend and polled, as recv: a large message waits for the receiver to take it, and a rank that
+    // never does (stopped, dead) must not hold this one past interrupt_waits().
+    MPI_Request req;
+    int rc = MPI_Isend(bytes.data(), (int)bytes.size(), MPI_BYTE, to, 0, MPI_COMM_WORLD, &req);
+    int done = 0;
+    for (int polls = 0; rc == MPI_SUCCESS; ++polls) {
+      rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS || done) break;
+      if (g_interrupted.load(std::memory_order_relaxed)) {
+        MPI_Cancel(&req);
+        throw Error("--dist ep: the job is ending (a rank died, or mpirun was stopped) while sending to rank " +
+                    std::to_string(to) + " (" + host(to) + ")");
+      }
+      pause(polls);
+    }
     if (rc != MPI_SUCCESS) mpi_failed(("send to rank " + std::to_string(to) + " (" + host(to) + ")").c_str(), rc);
   }
   std::vector<uint8_t> recv(int from) override {
     // Polled, not MPI_Probe: Open MPI's blocking calls spin a core while they
     // wait, and an idle rank (or the home rank waiting for answers) would take
-    // the cores the others compute on. A short spin first keeps the latency
-    // of quick answers; then sleeps of up to 1 ms.
+    // the cores the others compute on.
     MPI_Status st;
     int flag = 0, rc = MPI_SUCCESS;
     for (int polls = 0;; ++polls) {
       rc = MPI_Iprobe(from, 0, MPI_COMM_WORLD, &flag, &st);
       if (rc != MPI_SUCCESS || flag) break;
-      if (polls >= 200) std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 20 : 1000));
+      if (g_interrupted.load(std::memory_order_relaxed))
+        throw Error("--dist ep: the job is ending (a rank died, or mpirun was stopped) while waiting for rank " +
+                    std::to_string(from) + " (" + host(from) + ")");
+      pause(polls);
     }
     if (rc != MPI_SUCCESS) mpi_failed(("receive from rank " + std::to_string(from) + " (" + host(from) + ")").c_str(), rc);
     int n = 0;
@@ -77,6 +101,10 @@ class MpiWorld final : public Communicator {
     rc = MPI_Recv(m.data(), n, MPI_BYTE, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) mpi_failed(("receive from rank " + std::to_string(from) + " (" + host(from) + ")").c_str(), rc);
     return m;
+  }
+  // A short spin first keeps the latency of quick answers; then sleeps of up to 1 ms.
+  static void pause(int polls) {
+    if (polls >= 200) std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 20 : 1000));
   }
   std::string host(int rank) const override {
     return rank >= 0 && rank < (int)hosts_.size() ? hosts_[rank] : std::string("?");

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace spool {
@@ -17,6 +18,34 @@ namespace spool {
 struct ExpertJob {
   int32_t expert = 0;
   int32_t rows = 0;
+};
+
+// What another process reported with its last answer.
+struct ExpertRankStats {
+  int rank = 0;
+  std::string host;
+  uint64_t answers = 0;     // work messages it answered
+  uint64_t bytes_read = 0;  // bytes its weight store read (its load included)
+  uint64_t lookups = 0;     // expert units its compute asked for ...
+  uint64_t hits = 0;        // ... and of them, already in memory (cached or read ahead)
+  double io_wait_seconds = 0;   // time its compute waited for reads
+  double compute_seconds = 0;   // time it spent on the work (reads included)
+};
+
+// The home process's view of expert parallelism, since it started.
+struct ExpertParallelStats {
+  int ranks = 0;                // processes, this one included
+  uint64_t messages = 0;        // work messages sent
+  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t passes = 0;          // layer passes that waited for other processes
+  uint64_t jobs = 0;            // routed-expert jobs placed (one expert of one layer pass)
+  uint64_t jobs_home = 0;       // of them, computed here
+  uint64_t jobs_moved = 0;      // of them, computed by a process other than the expert's owner (balance)
+  double wait_seconds = 0;      // time spent waiting for the other processes' answers
+  // Of that, the part beyond the slowest answering process's compute time in
+  // each pass: the network's and MPI's share of the token time.
+  double network_seconds = 0;
+  std::vector<ExpertRankStats> rank;  // the other processes (rank 1 ..)
 };
 
 class ExpertParallel {
@@ -34,6 +63,8 @@ class ExpertParallel {
   // the expert's SwiGLU output before its router weight ([rows, width]).
   // Throws spool::Error naming the process that failed.
   virtual void collect(std::vector<float>& output) = 0;
+  // Counters for /metrics and --stats-json (any thread).
+  virtual ExpertParallelStats stats() const = 0;
 };
 
 }  // namespace spool

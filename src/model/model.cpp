@@ -160,6 +160,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
   so.storage.http_retries = options.http_retries;
   so.adapt_speculation = options.adapt_speculation;
   so.pack_resident = options.pack_streaming;
+  so.experts_only = options.experts_only;
   so.verbose = options.verbose || (log && std::string(log) == "debug");
   if (mode == WeightMode::Streaming)
     parts.weights = make_streaming_store(parts.file.manifest, so);

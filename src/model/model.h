@@ -46,6 +46,9 @@ struct LoadOptions {
   bool pack_streaming = true;  // streaming: repack resident matmul weights (off: exactly the unpacked kernels)
   bool verbose = false;   // per-tensor load timings on stderr (also SPOOL_LOG=debug)
   uint64_t weight_budget = 0;  // >0: streaming with exactly this much for the weights (tests, experiments)
+  // Streaming: the store holds and reads only the routed experts (an expert
+  // rank of --dist ep, which never runs the rest of the model).
+  bool experts_only = false;
   // Matmul weights converted at load into this type, in memory (weights/convert.h).
   std::optional<DType> convert = std::nullopt;
   // KV cache element type: F32, or F16 (half the memory and attention reads;

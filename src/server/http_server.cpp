@@ -136,12 +136,15 @@ void add_routes(ServerContext& ctx) {
   }));
   http.Get("/metrics", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {
     std::vector<StoreStats> weights(c.models.size());
+    std::vector<ExpertParallelStats> dist(c.models.size());
     std::vector<ModelFigures> figures;
     for (size_t i = 0; i < c.models.size(); ++i) {
       const ServedModel& m = *c.models[i];
       const WeightStore& store = m.engine->model().weights();
       if (store.streaming()) weights[i] = store.stats_snapshot();
-      figures.push_back({m.id, m.engine->stats(), store.streaming() ? &weights[i] : nullptr});
+      const ExpertParallel* ep = m.engine->model().expert_parallel();
+      if (ep) dist[i] = ep->stats();
+      figures.push_back({m.id, m.engine->stats(), store.streaming() ? &weights[i] : nullptr, ep ? &dist[i] : nullptr});
     }
     const agents::RunnerStats pipelines = c.runner ? c.runner->stats() : agents::RunnerStats{};
     res.set_content(render_metrics(figures, c.counters.snapshot()) +

@@ -132,6 +132,75 @@ void append_weight_metrics(Families& f) {
         [](const ModelFigures& m) { return (double)m.weights->read_stalls; }, true);
 }
 
+// Expert parallelism (--dist ep): the home rank's traffic and waiting, and
+// each other rank's last report, labelled {rank="N"} (and the model's id
+// when there are several).
+void append_dist_metrics(std::string& out, const std::vector<ModelFigures>& models) {
+  struct Series {
+    const char *name, *type, *help;
+    double (*value)(const ExpertParallelStats&);
+  };
+  static const Series home[] = {
+      {"spool_dist_ranks", "gauge", "Processes of --dist ep, the home rank included.",
+       [](const ExpertParallelStats& d) { return (double)d.ranks; }},
+      {"spool_dist_messages_total", "counter", "Work messages the home rank sent to other ranks.",
+       [](const ExpertParallelStats& d) { return (double)d.messages; }},
+      {"spool_dist_sent_bytes_total", "counter", "Bytes of work (hidden-state rows) sent to other ranks.",
+       [](const ExpertParallelStats& d) { return (double)d.bytes_sent; }},
+      {"spool_dist_received_bytes_total", "counter", "Bytes of answers (expert outputs) received from other ranks.",
+       [](const ExpertParallelStats& d) { return (double)d.bytes_received; }},
+      {"spool_dist_expert_jobs_total", "counter", "Routed-expert jobs placed (one expert of one layer pass).",
+       [](const ExpertParallelStats& d) { return (double)d.jobs; }},
+      {"spool_dist_expert_jobs_home_total", "counter", "Of the jobs, those computed by the home rank.",
+       [](const ExpertParallelStats& d) { return (double)d.jobs_home; }},
+      {"spool_dist_expert_jobs_moved_total", "counter",
+       "Of the jobs, those computed by a rank other than the expert's owner, to balance the ranks.",
+       [](const ExpertParallelStats& d) { return (double)d.jobs_moved; }},
+      {"spool_dist_wait_seconds_total", "counter", "Time the home rank waited for other ranks' answers.",
+       [](const ExpertParallelStats& d) { return d.wait_seconds; }},
+      {"spool_dist_network_seconds_total", "counter",
+       "Of that wait, the part beyond the slowest answering rank's compute time in each pass: network and MPI.",
+       [](const ExpertParallelStats& d) { return d.network_seconds; }},
+  };
+  struct RankSeries {
+    const char *name, *help;
+    double (*value)(const ExpertRankStats&);
+  };
+  static const RankSeries per_rank[] = {
+      {"spool_dist_rank_answers_total", "Work messages a rank answered.",
+       [](const ExpertRankStats& r) { return (double)r.answers; }},
+      {"spool_dist_rank_bytes_read_total", "Bytes a rank's weight store read from its storage (its load included).",
+       [](const ExpertRankStats& r) { return (double)r.bytes_read; }},
+      {"spool_dist_rank_cache_lookups_total", "Expert units a rank's compute asked its weight store for.",
+       [](const ExpertRankStats& r) { return (double)r.lookups; }},
+      {"spool_dist_rank_cache_hits_total", "Of a rank's lookups, those already in memory (cached or read ahead).",
+       [](const ExpertRankStats& r) { return (double)r.hits; }},
+      {"spool_dist_rank_io_wait_seconds_total", "Time a rank's compute waited for reads.",
+       [](const ExpertRankStats& r) { return r.io_wait_seconds; }},
+      {"spool_dist_rank_compute_seconds_total", "Time a rank spent on the home rank's work (its reads included).",
+       [](const ExpertRankStats& r) { return r.compute_seconds; }},
+  };
+  std::vector<const ModelFigures*> with;
+  for (const ModelFigures& m : models)
+    if (m.dist) with.push_back(&m);
+  if (with.empty()) return;
+  auto labels = [&](const ModelFigures& m, const std::string& more) {
+    std::string l = models.size() > 1 ? model_label(m.id) : "";
+    if (!more.empty()) l += (l.empty() ? "" : ",") + more;
+    return l.empty() ? std::string() : "{" + l + "}";
+  };
+  for (const Series& s : home) {
+    out += std::string("# HELP ") + s.name + " " + s.help + "\n# TYPE " + s.name + " " + s.type + "\n";
+    for (const ModelFigures* m : with) out += s.name + labels(*m, "") + " " + number(s.value(*m->dist)) + "\n";
+  }
+  for (const RankSeries& s : per_rank) {
+    out += std::string("# HELP ") + s.name + " " + s.help + "\n# TYPE " + s.name + " counter\n";
+    for (const ModelFigures* m : with)
+      for (const ExpertRankStats& r : m->dist->rank)
+        out += s.name + labels(*m, "rank=\"" + std::to_string(r.rank) + "\"") + " " + number(s.value(r)) + "\n";
+  }
+}
+
 void append_histograms(std::string& out, const std::vector<ModelFigures>& models, const char* name, const char* help,
                        LatencyHistogram EngineStats::*member) {
   LatencyHistogram total;
@@ -214,6 +283,7 @@ std::string render_metrics(const std::vector<ModelFigures>& models, const std::m
          "# TYPE spool_http_responses_total counter\n";
   for (const auto& [status, n] : http_by_status)
     out += "spool_http_responses_total{code=\"" + std::to_string(status) + "\"} " + std::to_string(n) + "\n";
+  append_dist_metrics(out, models);
   append_histograms(out, models, "spool_time_to_first_token_seconds", "Time from submission to the first generated token.",
                     &EngineStats::ttft);
   append_histograms(out, models, "spool_inter_token_latency_seconds",

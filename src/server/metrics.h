@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/expert_parallel.h"
 #include "runtime/engine.h"
 #include "weights/store_stats.h"
 
@@ -59,6 +60,7 @@ struct ModelFigures {
   std::string id;
   EngineStats stats;
   const StoreStats* weights = nullptr;  // weight-store counters when it streams (null: resident)
+  const ExpertParallelStats* dist = nullptr;  // expert parallelism over other processes (--dist ep), else null
 };
 
 // Every series is the total over the models (unlabeled; histograms merged);

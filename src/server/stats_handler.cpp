@@ -80,9 +80,12 @@ json stats_json(ServerContext& ctx) {
   json models = json::array();
   for (const auto& m : ctx.models) {
     const WeightStore& store = m->engine->model().weights();
+    const ExpertParallel* ep = m->engine->model().expert_parallel();
+    const EngineStats st = m->engine->stats();
     models.push_back({{"id", m->id},
-                      {"engine", engine_json(m->engine->stats())},
-                      {"weights", store.streaming() ? weights_json(store.stats_snapshot()) : json(nullptr)}});
+                      {"engine", engine_json(st)},
+                      {"weights", store.streaming() ? weights_json(store.stats_snapshot()) : json(nullptr)},
+                      {"dist", ep ? expert_parallel_json(ep->stats(), st.generated_tokens) : json(nullptr)}});
   }
   const auto [rss, peak] = process_memory();
   json http = json::object();
@@ -106,6 +109,36 @@ json stats_json(ServerContext& ctx) {
 }
 
 }  // namespace
+
+json expert_parallel_json(const ExpertParallelStats& d, uint64_t tokens) {
+  json ranks = json::array();
+  for (const ExpertRankStats& r : d.rank)
+    ranks.push_back({{"rank", r.rank},
+                     {"host", r.host},
+                     {"answers", r.answers},
+                     {"bytes_read", r.bytes_read},
+                     {"lookups", r.lookups},
+                     {"hits", r.hits},
+                     {"hit_rate", r.lookups ? json((double)r.hits / r.lookups) : json(nullptr)},
+                     {"io_wait_seconds", r.io_wait_seconds},
+                     {"compute_seconds", r.compute_seconds}});
+  auto per_token = [&](double v) { return tokens ? json(v / tokens) : json(nullptr); };
+  return {{"ranks", d.ranks},
+          {"messages", d.messages},
+          {"bytes_sent", d.bytes_sent},
+          {"bytes_received", d.bytes_received},
+          {"passes", d.passes},
+          {"expert_jobs", d.jobs},
+          {"expert_jobs_home", d.jobs_home},
+          {"expert_jobs_moved", d.jobs_moved},
+          {"wait_seconds", d.wait_seconds},
+          {"network_seconds", d.network_seconds},
+          {"tokens", tokens},
+          {"wait_seconds_per_token", per_token(d.wait_seconds)},
+          {"network_seconds_per_token", per_token(d.network_seconds)},
+          {"bytes_per_token", per_token((double)(d.bytes_sent + d.bytes_received))},
+          {"rank", ranks}};
+}
 
 void add_stats_routes(ServerContext& ctx) {
   ctx.http.Get("/v1/stats", guarded(ctx, [](ServerContext& c, const httplib::Request&, httplib::Response& res) {

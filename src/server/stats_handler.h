@@ -2,10 +2,17 @@
 // engine page (Prometheus text at /metrics says the same for scrapers).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
+#include "model/expert_parallel.h"
 #include "server/http_server.h"
 
 namespace spool::server {
 
 void add_stats_routes(ApiServer::Context& ctx);
+
+// Expert parallelism's counters (--dist ep) as /v1/stats and --stats-json
+// give them; `tokens` (generated so far, 0: unknown) adds per-token figures.
+nlohmann::json expert_parallel_json(const ExpertParallelStats& d, uint64_t tokens = 0);
 
 }  // namespace spool::server

@@ -186,6 +186,7 @@ class StreamingStoreImpl final : public StreamingStore {
   // (tensors larger than the slot resident, kMinTensorSlots slots of it),
   // plus the expert slots.
   uint64_t minimum_budget() const override {
+    if (opt_.experts_only) return expert_minimum();
     std::set<uint64_t> sizes = {0};
     for (int u : tensor_units_) sizes.insert(slot_size(u));
     uint64_t best = UINT64_MAX;
@@ -292,6 +293,8 @@ class StreamingStoreImpl final : public StreamingStore {
     if (w.unit < 0) return w.data;
     if (!started_) return early_pin(t);
     Unit& u = units_[w.unit];
+    if (opt_.experts_only && !u.expert)
+      throw Error("tensor '" + t.name + "' is not loaded: this weight store holds only the routed experts");
     const bool first = u.pieces.front().t == &t;  // a unit's lookup is counted on its first tensor
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t tick = ++tick_;
@@ -543,7 +546,7 @@ class StreamingStoreImpl final : public StreamingStore {
   void plan(uint64_t budget) {
     stats_.budget_bytes = budget;
     Residency r;
-    if (!choose_residency(budget, r))
+    if (opt_.experts_only ? expert_minimum() > budget : !choose_residency(budget, r))
       throw Error("memory budget too small: the weights need at least " + mib(minimum_budget()) +
                   (expert_minimum() ? " (with " + std::to_string(opt_.min_expert_slots) + " expert slots of " +
                                           mib(expert_slot_bytes_) + ")"
@@ -602,10 +605,11 @@ class StreamingStoreImpl final : public StreamingStore {
     stats_.streamed_tensor_bytes = streamed_bytes;
     std::fprintf(stderr,
                  "spool: streaming: budget %s for weights: %zu tensors resident (%s), %zu streamed (%s) in %d slots "
-                 "of %s; %zu experts streamed in %d slots of %s (policy %s)\n",
+                 "of %s; %zu experts streamed in %d slots of %s (policy %s)%s\n",
                  mib(budget).c_str(), resident_set_.size(), mib(resident).c_str(), streamed.size(),
                  mib(streamed_bytes).c_str(), n_tensor_slots, mib(tensor_slot).c_str(), expert_units_.size(),
-                 n_expert_slots, mib(expert_slot_bytes_).c_str(), policy_->name());
+                 n_expert_slots, mib(expert_slot_bytes_).c_str(), policy_->name(),
+                 opt_.experts_only ? "; routed experts only" : "");
   }
 
   void load_resident(ThreadPool* pool) {

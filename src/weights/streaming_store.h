@@ -31,6 +31,10 @@ struct StreamingOptions {
   bool speculate = true;       // accept guess_experts() hints
   bool adapt_speculation = true;  // stop guessing while reads dominate (speculation_after_pass)
   bool verbose = false;        // per-tensor load timings on stderr
+  // Only the routed experts are ever looked up (an expert rank of --dist ep):
+  // no tensor is resident or streamed, the whole budget caches experts, and a
+  // lookup of any other tensor is an error.
+  bool experts_only = false;
   StorageOptions storage;
 };
 

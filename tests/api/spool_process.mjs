@@ -16,14 +16,16 @@ export const STORIES = path.join(SHARED, 'models/stories260K.gguf');
 
 // Starts `spool serve -m model --port 0 ...args`; resolves once it listens.
 // Without --data-dir in args each server gets its own temp data dir (removed
-// when it stops), as two servers may not share one.
-export function startServer(model, args = [], { timeoutMs = 30000, env = {} } = {}) {
+// when it stops), as two servers may not share one. `launcher` (e.g. mpirun
+// and its arguments) goes before the spool binary.
+export function startServer(model, args = [], { timeoutMs = 30000, env = {}, launcher = [] } = {}) {
   let ownDir = null;
   if (!args.includes('--data-dir')) {
     ownDir = mkdtempSync(path.join(tmpdir(), 'spool-data-'));
     args = [...args, '--data-dir', ownDir];
   }
-  const proc = spawn(SPOOL_BIN, ['serve', '-m', model, '--port', '0', '-t', '1', ...args], {
+  const argv = [SPOOL_BIN, 'serve', '-m', model, '--port', '0', '-t', '1', ...args];
+  const proc = spawn(launcher.length ? launcher[0] : argv[0], [...launcher.slice(1), ...argv.slice(launcher.length ? 0 : 1)], {
     stdio: ['ignore', 'ignore', 'pipe'],
     env: { ...process.env, ...env },
   });

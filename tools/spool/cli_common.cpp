@@ -102,22 +102,21 @@ struct DistHome {
   ~DistHome() { finish(); }
   void finish() {
     if (!home) return;
-    const dist::ExpertTraffic t = home->traffic();
+    const ExpertParallelStats t = home->stats();
     std::fprintf(stderr, "dist ep: %d ranks, %llu work messages, %.1f MB sent, %.1f MB received, %.3f s waiting for "
-                 "other ranks\n", home->n_ranks(), (unsigned long long)t.messages, t.bytes_sent / 1e6,
-                 t.bytes_received / 1e6, t.wait_seconds);
+                 "other ranks, %.3f s of it beyond their compute (network and MPI)\n", t.ranks,
+                 (unsigned long long)t.messages, t.bytes_sent / 1e6, t.bytes_received / 1e6, t.wait_seconds,
+                 t.network_seconds);
     if (t.jobs)
       std::fprintf(stderr, "dist ep: %llu expert jobs, %.0f %% on the home rank, %.0f %% moved off their owner to "
                    "balance the ranks\n", (unsigned long long)t.jobs, 100.0 * t.jobs_home / t.jobs,
                    100.0 * t.jobs_moved / t.jobs);
-    const std::vector<dist::RankStats> ranks = home->rank_stats();
-    for (size_t r = 1; r < ranks.size(); ++r) {
-      const dist::RankStats& x = ranks[r];
+    for (const ExpertRankStats& x : t.rank) {
       const std::string hit = x.lookups ? std::to_string((int)(100.0 * x.hits / x.lookups + 0.5)) + " % of units in memory"
                                         : std::string("weights resident");
-      std::fprintf(stderr, "dist ep: rank %zu: %llu answers, %.3f s computing (%.3f s of it waiting for reads), "
-                   "%.1f MB read, %s\n", r, (unsigned long long)x.answers, x.compute_ns / 1e9, x.io_wait_ns / 1e9,
-                   x.bytes_read / 1e6, hit.c_str());
+      std::fprintf(stderr, "dist ep: rank %d (%s): %llu answers, %.3f s computing (%.3f s of it waiting for reads), "
+                   "%.1f MB read, %s\n", x.rank, x.host.c_str(), (unsigned long long)x.answers, x.compute_seconds,
+                   x.io_wait_seconds, x.bytes_read / 1e6, hit.c_str());
     }
     home.reset();  // tells the other ranks to stop
   }
@@ -155,7 +154,9 @@ std::unique_ptr<Model> open_distributed(const std::string& path, const LoadOptio
     std::unique_ptr<Model> model;
     std::string error;
     try {
-      model = load_model(path, opt);
+      LoadOptions mine = opt;
+      mine.experts_only = true;  // when streaming: its budget all for its experts
+      model = load_model(path, mine);
     } catch (const std::exception& e) {
       error = e.what();
     }

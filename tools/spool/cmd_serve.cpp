@@ -15,6 +15,7 @@
 #include "agents/run_store.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "dist/comm.h"
 #include "runtime/engine.h"
 #include "server/auth.h"
 #include "server/http_server.h"
@@ -52,11 +53,20 @@ std::string model_id_of(const std::string& path) {
 }
 
 void serve(const ServeOptions& o) {
+  // SIGINT/SIGTERM go to one waiting thread (blocked everywhere else, threads inherit the mask): blocked
+  // before anything starts a thread, MPI's own included.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   // --dist ep: one model; the ranks other than the home rank only compute
   // experts (no port, no data dir) and end inside open_model.
   if (!o.model_flags.dist.empty()) {
     if (o.models.size() > 1) throw Error("--dist ep: serve takes one model (-m)");
     if (!dist_home_rank()) {
+      pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);  // an expert rank just ends on SIGTERM
       std::string arg = o.models.empty() ? "" : o.models[0];
       if (const size_t eq = arg.find('='); eq != std::string::npos && eq > 0 && !std::filesystem::exists(arg))
         arg = arg.substr(eq + 1);
@@ -82,13 +92,6 @@ void serve(const ServeOptions& o) {
   if (o.state_snapshots < 0) throw Error("--state-snapshots must not be negative");
   if (o.snapshot_interval < 64 || o.snapshot_interval % 64 != 0)
     throw Error("--snapshot-interval must be a positive multiple of 64 (the delta rule's chunk; the KV block is 16)");
-
-  // SIGINT/SIGTERM go to one waiting thread (blocked everywhere else, threads inherit the mask).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // The durable store first: a data dir in use by another server is an error before the model load.
   const std::string data_dir = o.data_dir.empty() ? agents::default_data_dir() : o.data_dir;
@@ -227,6 +230,8 @@ void serve(const ServeOptions& o) {
 #endif
       if (sigtimedwait(&signals, nullptr, &tick) > 0) {
         std::fprintf(stderr, "spool: stopping\n");
+        // --dist ep: mpirun sends SIGTERM when a rank dies; a pass waiting for that rank fails its requests now.
+        if (!o.model_flags.dist.empty()) dist::interrupt_waits();
         runner.shutdown();
         api.stop();
         return;

@@ -8,6 +8,7 @@
 
 #include "cli_common.h"
 #include "core/error.h"
+#include "server/stats_handler.h"
 
 namespace spool::cli {
 
@@ -52,6 +53,7 @@ StatsRecorder::StatsRecorder(Model& model) : model_(model) {
 
 void StatsRecorder::begin_step() {
   before_ = model_.weights().stats_snapshot();
+  if (const ExpertParallel* ep = model_.expert_parallel()) dist_before_ = ep->stats();
   t_begin_ = now_seconds();
 }
 
@@ -76,6 +78,14 @@ void StatsRecorder::end_step(const char* phase, int n_tokens) {
                     {"io_wait_s", io_wait},
                     {"compute_s", std::max(0.0, wall - io_wait)},
                     {"peak_rss_bytes", peak_rss_bytes()}});
+  if (const ExpertParallel* ep = model_.expert_parallel()) {  // --dist ep: this step's share of the traffic
+    const ExpertParallelStats d = ep->stats();
+    nlohmann::json& st = steps_.back();
+    st["dist_messages"] = d.messages - dist_before_.messages;
+    st["dist_bytes"] = d.bytes_sent + d.bytes_received - dist_before_.bytes_sent - dist_before_.bytes_received;
+    st["dist_wait_s"] = d.wait_seconds - dist_before_.wait_seconds;
+    st["dist_network_s"] = d.network_seconds - dist_before_.network_seconds;
+  }
   if (tty_ && model_.weights().streaming()) {
     const double gb = (now.bytes_read - start_.bytes_read - (now.load_bytes - start_.load_bytes)) / 1e9;
     const double el = now_seconds() - t_start_;
@@ -173,6 +183,22 @@ nlohmann::json StatsRecorder::to_json(const nlohmann::json& extra) const {
         {"accuracy", s.spec_routed ? (double)s.spec_correct / s.spec_routed : 0.0}}},
       {"per_layer", layers},
       {"per_token", steps_}};
+  if (const ExpertParallel* ep = model_.expert_parallel()) {
+    nlohmann::json d = server::expert_parallel_json(ep->stats());
+    double wait = 0, net = 0;
+    uint64_t dbytes = 0;
+    for (const auto& st : steps_)
+      if (st["phase"] == "decode") {
+        wait += st["dist_wait_s"].get<double>();
+        net += st["dist_network_s"].get<double>();
+        dbytes += st["dist_bytes"].get<uint64_t>();
+      }
+    d["decode_wait_s_per_token"] = decode_tokens ? wait / decode_tokens : 0.0;
+    d["decode_network_s_per_token"] = decode_tokens ? net / decode_tokens : 0.0;
+    d["decode_bytes_per_token"] = decode_tokens ? (double)dbytes / decode_tokens : 0.0;
+    d["decode_network_share"] = decode_wall > 0 ? net / decode_wall : 0.0;
+    j["dist"] = d;
+  }
   for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
   return j;
 }

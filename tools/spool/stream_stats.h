@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/expert_parallel.h"
 #include "model/model.h"
 
 namespace spool::cli {
@@ -28,6 +29,7 @@ class StatsRecorder {
   Model& model_;
   bool tty_ = false;
   StoreStats start_, before_;
+  ExpertParallelStats dist_before_;  // --dist ep: the home rank's counters before the step
   double t_begin_ = 0, t_start_ = 0;
   nlohmann::json steps_ = nlohmann::json::array();
   uint64_t total_tokens_ = 0;
