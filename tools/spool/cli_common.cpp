@@ -54,8 +54,9 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   cmd->add_option("--convert", f.convert,
                   "Convert matmul weights at load into TYPE (q8_0, q4_0, f16, ...): faster, in memory, not exact");
   cmd->add_option("--dist", f.dist,
-                  "Distributed mode, under mpirun: 'ep' deals the routed experts out to all ranks (rank 0 runs the "
-                  "rest and prints; each rank reads its experts from its own copy of the file; docs/DISTRIBUTED.md)")
+                  "Distributed mode, under mpirun: 'ep' deals the routed experts out to all ranks, balanced per layer "
+                  "pass (rank 0 runs the rest and prints; each rank reads its experts from its own copy of the file; "
+                  "docs/DISTRIBUTED.md)")
       ->check(CLI::IsMember({"ep"}));
   cmd->add_option("--kv-type", f.kv_type,
                   "KV cache element type: f32, or f16 (half the KV memory and attention reads; MLA caches stay f32)")
