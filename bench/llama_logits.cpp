@@ -2,7 +2,9 @@
 // evaluates comma-separated token ids as one sequence, writes every
 // position's logits as raw float32 [n_ids][n_vocab] to OUT, and prints the
 // greedy continuation of the first P ids (token by token through llama.cpp's
-// own recurrent/KV cache). Built and run by bench/gguf_llama_check.sh against
+// own recurrent/KV cache). LLAMA_KV_F32=1: an F32 KV cache instead of F16,
+// and attention without flash attention (whose CPU kernel works in F16).
+// Built and run by bench/gguf_llama_check.sh against
 // a llama.cpp checkout given as an argument; not part of spool.
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +50,10 @@ int main(int argc, char** argv) {
     cp.n_ctx = 256;
     cp.n_batch = cp.n_ubatch = 256;
     cp.n_threads = cp.n_threads_batch = 2;
+    if (std::getenv("LLAMA_KV_F32")) {  // F32 KV cache (default F16) and no flash attention (its CPU kernel rounds to F16)
+      cp.type_k = cp.type_v = GGML_TYPE_F32;
+      cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
     return llama_init_from_model(model, cp);
   };
   const std::vector<llama_token> ids = parse(argv[2]);

@@ -3,12 +3,15 @@
 // ggml and the floats ggml dequantizes them to (bench/peer/make_iq_reference.sh).
 // spool's dequantization must give the same floats bit for bit on every ISA
 // table, and its dot products must equal the dot of the dequantized values.
+// On a trained model llama.cpp quantized (stories260K widened to 256-wide rows,
+// bench/peer/make_trained_iq_fixture.sh), spool's greedy ids equal llama.cpp's.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,8 @@
 #include "format/gguf.h"
 #include "kernels/iq_codebooks.h"
 #include "kernels/kernels.h"
+#include "model/model.h"
+#include "test_util.h"
 
 namespace spool {
 namespace {
@@ -141,6 +146,42 @@ TEST(IqTypes, QuantizersComeCloseToThePeers) {
     std::printf("%-8s relative RMSE: spool %.4f, llama.cpp %.4f\n", name.c_str(), r_ours, r_peer);
     EXPECT_LT(r_ours, 1.25 * r_peer + 0.01) << name;
   }
+}
+
+// llama.cpp's 32 greedy ids after the text's first 16 tokens (its attention in
+// F32, as spool's), on files its llama-imatrix + llama-quantize made; the same
+// ids under every SPOOL_ISA cap, and under qemu for NEON (spool_arm_tests).
+TEST(IqTypes, GreedyIdsEqualLlamaCppOnATrainedModel) {
+  const std::string dir = std::string(SPOOL_SOURCE_DIR) + "/tests/data/";
+  std::ifstream in(dir + "stories260K-x4-greedy.txt");
+  ASSERT_TRUE(in.good());
+  auto ids = [](const std::string& csv) {
+    std::vector<int32_t> v;
+    std::stringstream ss(csv);
+    for (std::string x; std::getline(ss, x, ',');) v.push_back(std::stoi(x));
+    return v;
+  };
+  std::vector<int32_t> prompt;
+  int checked = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.find(' ');
+    ASSERT_NE(sp, std::string::npos) << line;
+    const std::string key = line.substr(0, sp);
+    if (key == "prompt") {
+      prompt = ids(line.substr(sp + 1));
+      continue;
+    }
+    const std::vector<int32_t> want = ids(line.substr(sp + 1));
+    ASSERT_EQ(want.size(), 32u) << key;
+    LoadOptions o;
+    o.n_threads = 2;
+    std::unique_ptr<Model> m = load_model(dir + "stories260K-x4-" + key + ".gguf", o);
+    EXPECT_EQ(test::greedy(*m, prompt, 32), want) << key;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  EXPECT_EQ(prompt.size(), 16u);
 }
 
 }  // namespace
