@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 #include "runtime/engine.h"
 #include "test_util.h"
 

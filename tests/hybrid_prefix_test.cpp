@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/state_snapshots.h"

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/kv_disk.h"

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/scheduler.h"
 

@@ -8,7 +8,7 @@
 #include "model/config.h"
 #include "model/delta_rule.h"
 #include "model/kv_cache.h"
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 #include "model/recurrent_state.h"
 
 namespace spool {

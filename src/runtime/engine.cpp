@@ -21,7 +21,7 @@
 
 #include "core/error.h"
 #include "kernels/matmul.h"
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 #include "runtime/scheduler.h"
 #include "text/text_stream.h"
 

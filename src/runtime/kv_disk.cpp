@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "model/kv_cache.h"
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 #include "model/model.h"
 #include "runtime/state_snapshots.h"
 #include "weights/checksums.h"

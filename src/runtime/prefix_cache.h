@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 
 namespace spool {
 

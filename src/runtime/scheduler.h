@@ -21,7 +21,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 #include "runtime/kv_disk.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/state_snapshots.h"

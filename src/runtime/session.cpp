@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 #include "runtime/prefix_cache.h"
 
 namespace spool {

@@ -15,7 +15,10 @@ const MPIRUN = process.env.SPOOL_MPIRUN ?? 'mpirun';
 const MODEL = path.join(SHARED, 'fixtures/gguf/deepseek3-tiny.q8_0.gguf');
 const RANKS = 4;
 const env = { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' };
-const launcher = [MPIRUN, '--oversubscribe', '-np', String(RANKS)];
+// mpirun ends a job whose rank died with SIGTERM to the others, then SIGKILL, each after
+// odls_base_sigkill_timeout seconds (1 by default): 3 leaves the home rank time to fail its
+// requests on a loaded machine (DISTRIBUTED.md).
+const launcher = [MPIRUN, '--oversubscribe', '--mca', 'odls_base_sigkill_timeout', '3', '-np', String(RANKS)];
 const servers = [];
 const dirs = [];
 after(async () => {

@@ -230,8 +230,20 @@ void serve(const ServeOptions& o) {
 #endif
       if (sigtimedwait(&signals, nullptr, &tick) > 0) {
         std::fprintf(stderr, "spool: stopping\n");
-        // --dist ep: mpirun sends SIGTERM when a rank dies; a pass waiting for that rank fails its requests now.
-        if (!o.model_flags.dist.empty()) dist::interrupt_waits();
+        // --dist ep: mpirun sends SIGTERM when a rank dies; a pass waiting for that rank fails its requests now,
+        // and they get their error before the server closes (mpirun's SIGKILL follows a second later).
+        if (!o.model_flags.dist.empty()) {
+          dist::interrupt_waits();
+          const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(600);
+          auto busy = [&] {
+            for (const Loaded& l : loaded)
+              if (l.engine->stats().running > 0) return true;
+            return false;
+          };
+          while (busy() && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the handlers write the error events
+        }
         runner.shutdown();
         api.stop();
         return;

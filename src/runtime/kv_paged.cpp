@@ -1,5 +1,5 @@
 // PagedKvCache: block pool, refcounts, LRU of cached blocks, copy-on-write.
-#include "model/kv_paged.h"
+#include "runtime/kv_paged.h"
 
 #include <algorithm>
 #include <cstring>
