@@ -42,27 +42,28 @@ echo "dist_mpi: streamed under --mem-budget, 3 ranks: identical, per-rank statis
 # spool serve under mpirun: rank 0 serves HTTP, the others only compute experts;
 # a completion at temperature 0 is the one a server without --dist gives.
 f=$shared/fixtures/gguf/deepseek3-tiny.q8_0.gguf
-complete() {  # PORT -> the completion's text, as JSON
-  local port=$1
-  for _ in $(seq 1 150); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.2
+complete() {  # LOG -> the completion's text, as JSON, from the server whose start-up line LOG holds
+  local log=$1 port=""
+  for _ in $(seq 1 300); do
+    port=$(grep -ao "serving '[^']*' on http://127.0.0.1:[0-9]*" "$log" 2>/dev/null | grep -o '[0-9]*$' | head -1)
+    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.1
   done
+  [ -n "$port" ] || return 1
   curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
     -d '{"prompt": "Hello there", "max_tokens": 12, "temperature": 0}' |
     python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))'
 }
-port=$((20000 + RANDOM % 20000))
-"$spool" serve -m "$f" --port "$port" -t 1 --data-dir "$tmp/data1" >"$tmp/serve1.log" 2>&1 &
+# --port 0: the OS picks a free port (the start-up line names it), so parallel tests cannot collide.
+"$spool" serve -m "$f" --port 0 -t 1 --data-dir "$tmp/data1" >"$tmp/serve1.log" 2>&1 &
 pid=$!
-want=$(complete "$port") || true
+want=$(complete "$tmp/serve1.log") || true
 kill "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
-port=$((port + 1))
-"$mpirun" --oversubscribe -np 3 "$spool" serve -m "$f" --port "$port" -t 1 --dist ep --data-dir "$tmp/data3" \
+"$mpirun" --oversubscribe -np 3 "$spool" serve -m "$f" --port 0 -t 1 --dist ep --data-dir "$tmp/data3" \
   >"$tmp/serve3.log" 2>&1 &
 pid=$!
-got=$(complete "$port") || true
+got=$(complete "$tmp/serve3.log") || true
 kill "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 [ -n "$got" ] && [ "$got" = "$want" ] || { cat "$tmp/serve3.log"; fail "serve --dist ep: $got, one process: $want"; }
