@@ -7,7 +7,7 @@
 #include "cli_common.h"
 #include "format/gguf_export.h"
 #include "format/hf_hybrid.h"
-#include "model/kimi_convert.h"
+#include "format/kimi_convert.h"
 #include "model/model.h"
 
 namespace spool::cli {

@@ -1,5 +1,5 @@
 // kimi_linear -> llama.cpp's kimi-linear GGUF layout (see kimi_convert.h).
-#include "model/kimi_convert.h"
+#include "format/kimi_convert.h"
 
 #include <cmath>
 #include <cstring>
