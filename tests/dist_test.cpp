@@ -34,7 +34,7 @@ std::unique_ptr<Model> load(const std::string& path, uint64_t weight_budget = 0,
 
 // Runs fn(home model) on rank 0 with n - 1 expert ranks as threads, each with its own copy of the model.
 template <class Fn>
-void with_ranks(const std::string& path, int n, Fn fn, dist::ExpertTraffic* traffic = nullptr,
+void with_ranks(const std::string& path, int n, Fn fn, ExpertParallelStats* traffic = nullptr,
                 std::vector<dist::RankStats>* ranks_out = nullptr, uint64_t weight_budget = 0,
                 dist::PlacementCosts costs = {}) {
   auto comms = dist::local_group(n);
@@ -50,7 +50,7 @@ void with_ranks(const std::string& path, int n, Fn fn, dist::ExpertTraffic* traf
     ep.set_costs(costs);
     home->set_expert_parallel(&ep);
     fn(*home);
-    if (traffic) *traffic = ep.traffic();
+    if (traffic) *traffic = ep.stats();
     if (ranks_out) *ranks_out = ep.rank_stats();
   }  // ~HomeExperts: stop
   for (std::thread& t : ranks) t.join();
@@ -126,7 +126,7 @@ TEST(ExpertParallel, RanksGiveOneProcesssLogitsAndGreedyTokens) {
     for (int n : {2, 3, 4}) {
       std::vector<float> got;
       std::vector<int32_t> got_ids;
-      dist::ExpertTraffic t;
+      ExpertParallelStats t;
       std::vector<dist::RankStats> ranks;
       with_ranks(path, n, [&](Model& m) {
         got = all_logits(m, prompt);
@@ -143,7 +143,7 @@ TEST(ExpertParallel, RanksGiveOneProcesssLogitsAndGreedyTokens) {
     }
     // Balanced for streamed experts with a busy home rank: many jobs leave their owner, the values stay.
     std::vector<float> got;
-    dist::ExpertTraffic t;
+    ExpertParallelStats t;
     with_ranks(path, 4, [&](Model& m) { got = all_logits(m, prompt); }, &t, nullptr, 0, {16, 40});
     EXPECT_EQ(got, want) << name;
     EXPECT_GT(t.jobs_moved, 0u) << name;
@@ -161,7 +161,7 @@ TEST(ExpertParallel, RanksStreamTheirExperts) {
   ASSERT_TRUE(one->weights().streaming());
   const std::vector<float> want = all_logits(*one, prompt);
   std::vector<float> got;
-  dist::ExpertTraffic t;
+  ExpertParallelStats t;
   std::vector<dist::RankStats> ranks;
   with_ranks(path, 3, [&](Model& m) { got = all_logits(m, prompt); }, &t, &ranks, budget);
   EXPECT_EQ(got, want);

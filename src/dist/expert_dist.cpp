@@ -196,7 +196,6 @@ void HomeExperts::submit(int layer, int width, const std::vector<ExpertJob>& job
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++traffic_.messages;
     traffic_.bytes_sent += m.size();
-    traffic_.rows_sent += r_rows;
   }
 }
 
@@ -246,17 +245,8 @@ void HomeExperts::collect(std::vector<float>& output) {
 
 ExpertParallelStats HomeExperts::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
-  ExpertParallelStats s;
+  ExpertParallelStats s = traffic_;
   s.ranks = comm_.size();
-  s.messages = traffic_.messages;
-  s.bytes_sent = traffic_.bytes_sent;
-  s.bytes_received = traffic_.bytes_received;
-  s.passes = traffic_.passes;
-  s.jobs = traffic_.jobs;
-  s.jobs_home = traffic_.jobs_home;
-  s.jobs_moved = traffic_.jobs_moved;
-  s.wait_seconds = traffic_.wait_seconds;
-  s.network_seconds = traffic_.network_seconds;
   for (int r = 1; r < comm_.size(); ++r) {
     const RankStats& x = ranks_[r];
     s.rank.push_back({r, comm_.host(r), x.answers, x.bytes_read, x.lookups, x.hits, x.io_wait_ns / 1e9,

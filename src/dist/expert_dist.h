@@ -58,20 +58,6 @@ struct RankStats {
   uint64_t compute_ns = 0;     // time it spent on the home rank's work (reads included)
 };
 
-// Traffic and waiting of the home rank, since it started.
-struct ExpertTraffic {
-  uint64_t messages = 0;        // work messages sent
-  uint64_t bytes_sent = 0;
-  uint64_t bytes_received = 0;
-  uint64_t rows_sent = 0;
-  uint64_t jobs = 0;            // routed-expert jobs placed (one expert of one pass), local ones included
-  uint64_t jobs_moved = 0;      // of them, run by a rank other than the expert's owner (balance)
-  uint64_t jobs_home = 0;       // of them, run by the home rank
-  uint64_t passes = 0;          // collect() calls
-  double wait_seconds = 0;      // time collect() spent waiting for answers
-  double network_seconds = 0;   // of it, beyond the slowest asked rank's compute time (see ExpertParallelStats)
-};
-
 class HomeExperts final : public ExpertParallel {
  public:
   // Waits for each other rank to say it loaded the model; throws
@@ -86,10 +72,6 @@ class HomeExperts final : public ExpertParallel {
   void collect(std::vector<float>& output) override;
   ExpertParallelStats stats() const override;
 
-  ExpertTraffic traffic() const {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    return traffic_;
-  }
   // The other ranks' last reports, index = rank (index 0 unused).
   std::vector<RankStats> rank_stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -113,7 +95,7 @@ class HomeExperts final : public ExpertParallel {
   int pending_width_ = 0;
   double submitted_at_ = 0;  // seconds (steady clock) of the last submit
   mutable std::mutex stats_mu_;  // traffic_ and ranks_, read by other threads (stats())
-  ExpertTraffic traffic_;
+  ExpertParallelStats traffic_;  // the home rank's counters (its `rank` list is filled by stats())
   std::vector<RankStats> ranks_;
 };
 
