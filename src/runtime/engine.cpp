@@ -54,9 +54,13 @@ struct Request : SchedRequest {
   TextStream stream;
   int completion_tokens = 0;
   Clock::time_point submitted, last_token;
-  Request(RequestParams p, RequestCallback cb, int n_vocab)
-      : params(std::move(p)), callback(std::move(cb)), sampler(params.sampling, n_vocab), stream(params.stop) {
+  SpecSequence spec;            // its drafts and acceptance (speculative decoding)
+  std::vector<int32_t> draft;   // drafted tokens verified in this step
+  Request(RequestParams p, RequestCallback cb, int n_vocab, const SpecOptions& so)
+      : params(std::move(p)), callback(std::move(cb)), sampler(params.sampling, n_vocab), stream(params.stop),
+        spec(so) {
     if (params.grammar) grammar.emplace(params.grammar);
+    spec.set_contexts(params.draft_contexts);
   }
 };
 
@@ -87,6 +91,8 @@ class EngineImpl final : public Engine {
         opt_.block_size <= 0)
       throw Error("engine options: n_ctx, max_running, max_batch_tokens and block_size must be positive");
     if (opt_.state_snapshots < 0) throw Error("engine options: state_snapshots must not be negative");
+    if (opt_.spec.max_draft < 0 || opt_.spec.max_draft > 64)
+      throw Error("engine options: the speculative draft length must be between 0 and 64");
     const KvShape shape = model.kv_shape();
     const uint64_t bb = PagedKvCache::block_bytes(shape, opt_.block_size);
     const int blocks_per_ctx = (opt_.n_ctx + opt_.block_size - 1) / opt_.block_size;
@@ -135,6 +141,11 @@ class EngineImpl final : public Engine {
         stats_.kv_disk_stats = disk_->stats();
       }
     }
+    // Drafts need a pass whose rejected positions can be dropped: attention K/V is simply overwritten later, a
+    // recurrent state is not (hybrid models decode without drafts until it can be rolled back).
+    spec_on_ = opt_.spec.mode != SpecMode::Off && opt_.spec.max_draft > 0 && !hybrid;
+    stats_.spec.mode = spec_on_ ? opt_.spec.mode : SpecMode::Off;
+    stats_.spec.max_draft = spec_on_ ? opt_.spec.max_draft : 0;
     stats_.kv_blocks_total = kv_->n_blocks();
     stats_.kv_bytes = kv_->bytes_allocated();
     thread_ = std::thread([this] { loop(); });
@@ -151,7 +162,7 @@ class EngineImpl final : public Engine {
 
   RequestId submit(RequestParams params, RequestCallback callback) override {
     validate(params);
-    auto r = std::make_unique<Request>(std::move(params), std::move(callback), model_.config().n_vocab);
+    auto r = std::make_unique<Request>(std::move(params), std::move(callback), model_.config().n_vocab, opt_.spec);
     r->tokens = r->params.prompt;
     r->n_prompt = (int)r->tokens.size();
     r->priority = r->params.priority;
@@ -276,15 +287,16 @@ class EngineImpl final : public Engine {
     }
   }
 
-  // Samples the next token of r from its logits row and reports it.
-  void advance(Request& r, const float* logits, Clock::time_point now) {
+  // Samples the next token of r from its logits row and reports it. Returns
+  // the token, or -1 when r finished (and is gone).
+  int32_t advance(Request& r, const float* logits, Clock::time_point now) {
     const Tokenizer& tok = model_.tokenizer();
     const int n_vocab = model_.config().n_vocab;
     RequestEvent ev;
     ev.id = r.id;
     if (r.params.max_tokens == 0) {
       finish(r, FinishReason::Length, std::move(ev));
-      return;
+      return -1;
     }
     std::shared_ptr<const grammar::TokenMask> mask;
     if (r.grammar) mask = r.grammar->mask();
@@ -294,7 +306,7 @@ class EngineImpl final : public Engine {
              r.grammar ? "the grammar allows no token of this vocabulary here (it needs text the tokenizer cannot "
                          "produce, or logit_bias bans the tokens it allows)"
                        : "logit_bias bans every token of the vocabulary");
-      return;
+      return -1;
     }
     if (r.grammar) r.grammar->accept(next);
     r.sampler.accept(next);
@@ -310,23 +322,24 @@ class EngineImpl final : public Engine {
     r.last_token = now;
     if (tok.is_eog(next) && !r.params.ignore_eos) {
       finish(r, FinishReason::Stop, std::move(ev));
-      return;
+      return -1;
     }
     ev.text = r.stream.push(tok.token_to_piece(next));
     if (r.stream.stopped()) {
       finish(r, FinishReason::Stop, std::move(ev));
-      return;
+      return -1;
     }
     r.tokens.push_back(next);
     if (r.grammar && r.grammar->complete()) {  // nothing more can follow: no need to wait for EOS
       finish(r, FinishReason::Stop, std::move(ev));
-      return;
+      return -1;
     }
     if (r.completion_tokens >= r.params.max_tokens || (int)r.tokens.size() >= opt_.n_ctx) {
       finish(r, FinishReason::Length, std::move(ev));
-      return;
+      return -1;
     }
     emit(r.callback, ev);
+    return next;
   }
 
   void step() {
@@ -346,6 +359,7 @@ class EngineImpl final : public Engine {
     // on the batch, so they are unchanged. Not for recurrent (hybrid) models,
     // whose state a pass given up half way would have advanced.
     bool may_defer = opt_.read_stall_ms > 0 && !kv_->recurrent() && model_.weights().streaming();
+    if (spec_on_) add_drafts(plan);
     while (!plan.empty()) {
       set_aside_parked(plan);
       if (plan.empty()) {  // everything runnable waits for a read: poll (20 ms) like an idle engine
@@ -353,15 +367,21 @@ class EngineImpl final : public Engine {
         break;
       }
       batch_.clear();
-      for (const StepChunk& c : plan)
+      for (const StepChunk& c : plan) {
+        const int n_own = c.n - c.n_draft;  // the request's tokens; then its draft
+        const std::vector<int32_t>& draft = static_cast<Request&>(*c.req).draft;
         for (int i = 0; i < c.n; ++i)
-          batch_.add(c.req->tokens[c.begin + i], c.begin + i, c.req->slot, c.logits && i + 1 == c.n);
+          batch_.add(i < n_own ? c.req->tokens[c.begin + i] : draft[i - n_own], c.begin + i, c.req->slot,
+                     c.logits && (i + 1 == c.n || (c.n_draft > 0 && i + 1 >= n_own)));
+      }
       const int n_vocab = model_.config().n_vocab;
       logits_.resize((size_t)std::max(1, batch_.n_outputs()) * n_vocab);
       std::string error;
       model_.weights().set_read_stall_ms(may_defer ? opt_.read_stall_ms : 0);
+      const Clock::time_point t_fwd = Clock::now();
       try {
         model_.forward(batch_, *kv_, logits_.data());
+        costs_.record(batch_.size(), seconds_between(t_fwd, Clock::now()));
       } catch (const ReadStalled& stalled) {
         if (!park(plan, stalled)) may_defer = false;  // no tokens named: wait for the read
         continue;  // the others go on now (an emptied plan: the engine polls for the read and new requests)
@@ -383,12 +403,95 @@ class EngineImpl final : public Engine {
         sched_->commit(plan);
         const Clock::time_point now = Clock::now();
         int row = 0;
-        for (const StepChunk& c : plan)
-          if (c.logits) advance(static_cast<Request&>(*c.req), logits_.data() + (size_t)row++ * n_vocab, now);
+        for (const StepChunk& c : plan) {
+          if (!c.logits) continue;
+          if (c.n_draft == 0) {
+            advance(static_cast<Request&>(*c.req), logits_.data() + (size_t)row++ * n_vocab, now);
+            continue;
+          }
+          verify(static_cast<Request&>(*c.req), c.n_draft, logits_.data() + (size_t)row * n_vocab, now);
+          row += c.n_draft + 1;
+        }
       }
       break;
     }
     publish_stats();
+  }
+
+  // Speculative decoding: offers each decode chunk's request an n-gram draft
+  // and lets the governor choose how many of its tokens to verify (extending
+  // the chunk by that many rows); drafts not verified are scored for free.
+  void add_drafts(std::vector<StepChunk>& plan) {
+    std::vector<StepChunk*> chunks;
+    std::vector<std::vector<int32_t>> drafts;
+    std::vector<SpecCandidate> cands;
+    int rows = 0, tokens = 0;
+    for (StepChunk& c : plan) {
+      rows += c.n;
+      tokens += c.logits ? 1 : 0;
+      Request& r = static_cast<Request&>(*c.req);
+      r.draft.clear();
+      if (!c.logits || c.n != 1 || c.begin + 1 != (int)r.tokens.size() || !r.params.speculate) continue;
+      r.spec.observe(r.tokens);
+      // No token past max_tokens or the context is drafted (the last one sampled needs no draft row).
+      const int k = std::min({opt_.spec.max_draft, r.params.max_tokens - r.completion_tokens - 1,
+                              opt_.n_ctx - (int)r.tokens.size() - 1});
+      std::vector<int32_t> d = r.spec.propose(r.tokens, k);
+      if (d.empty()) continue;
+      chunks.push_back(&c);
+      cands.push_back({(int)d.size(), r.spec.acceptance()});
+      drafts.push_back(std::move(d));
+    }
+    const std::vector<int> k =
+        choose_drafts(opt_.spec.mode, costs_, rows, tokens, cands, opt_.max_batch_tokens - rows);
+    int drafting = 0;
+    double acc = 0;
+    uint64_t declined = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      Request& r = static_cast<Request&>(*chunks[i]->req);
+      acc += cands[i].acceptance;
+      if (k[i] > 0 && sched_->extend_with_draft(*chunks[i], k[i])) {
+        r.draft.assign(drafts[i].begin(), drafts[i].begin() + k[i]);
+        ++drafting;
+      } else {
+        r.spec.shadow(std::move(drafts[i]), (int)r.tokens.size());
+        ++declined;
+      }
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    SpecStats& st = stats_.spec;
+    st.declined += declined;
+    st.drafting = drafting;
+    if (!chunks.empty()) st.acceptance = acc / chunks.size();
+    const int big = 1 + opt_.spec.max_draft;
+    st.verify_cost = costs_.measured(1) && costs_.measured(big) ? costs_.estimate(big) / costs_.estimate(1) : 0;
+  }
+
+  // Samples r's rows after a drafted decode chunk in order, accepting drafted
+  // tokens while they equal what was sampled (speculative.h: this is the
+  // accept/reject rule for a one-sequence draft), then commits the accepted
+  // positions; the rest of the chunk's K/V is overwritten later.
+  void verify(Request& r, int n_draft, const float* logits, Clock::time_point now) {
+    const int n_vocab = model_.config().n_vocab;
+    const std::vector<int32_t> draft = std::move(r.draft);
+    r.draft.clear();
+    int accepted = 0;
+    bool alive = true;
+    for (int i = 0; i <= n_draft; ++i) {
+      const int32_t t = advance(r, logits + (size_t)i * n_vocab, now);  // -1: r finished and is gone
+      if (t < 0) {
+        alive = false;
+        break;
+      }
+      if (i == n_draft || t != draft[i]) break;
+      ++accepted;
+      sched_->commit_accepted(&r, 1);
+    }
+    if (alive) r.spec.verified(n_draft, accepted);
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.spec.drafted += n_draft;
+    stats_.spec.accepted += accepted;
+    ++stats_.spec.verify_steps;
   }
 
   // Drops from the plan the requests waiting aside for a stalled read; a
@@ -488,6 +591,8 @@ class EngineImpl final : public Engine {
   std::vector<float> logits_;
   bool idle_ = false;
   std::map<RequestId, int> parked_;  // request -> streamed unit whose stalled read it waits for
+  bool spec_on_ = false;             // speculative decoding in effect
+  StepCosts costs_;                  // forward seconds by batch rows (the governor's cost model)
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;

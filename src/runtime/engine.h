@@ -23,6 +23,7 @@
 #include "runtime/kv_disk.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 
 namespace spool {
 
@@ -44,6 +45,11 @@ struct RequestParams {
   // the request finishes with "stop" as soon as the grammar is complete.
   // Built for this model's vocabulary (grammar::GrammarCache); null: free text.
   std::shared_ptr<grammar::TokenMasker> grammar;
+  // Speculative decoding (EngineOptions::spec): token sequences this request
+  // may draft from besides its own tokens (an agent run's other prompts and
+  // outputs, which its text often copies). false: never draft for it.
+  std::vector<std::shared_ptr<const DraftContext>> draft_contexts;
+  bool speculate = true;
 };
 
 struct TokenLogprob {
@@ -95,6 +101,10 @@ struct EngineOptions {
   // are saved too).
   std::string kv_disk_dir;
   uint64_t kv_disk_bytes = 0;
+  // Speculative decoding (runtime/speculative.h): n-gram drafts verified in
+  // the decode step, with the governor deciding per step (Auto). Models with
+  // a recurrent state (hybrid) decode without drafts for now.
+  SpecOptions spec;
 };
 
 struct EngineStats {
@@ -122,6 +132,7 @@ struct EngineStats {
   bool kv_disk = false;               // the KV disk tier in effect
   uint64_t kv_disk_hit_tokens = 0;    // prompt tokens whose KV was loaded from disk
   KvDiskStats kv_disk_stats;
+  SpecStats spec;                     // speculative decoding
   // Latencies since start, seconds: time to first token, time between tokens.
   LatencyHistogram ttft{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
   LatencyHistogram inter_token{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};

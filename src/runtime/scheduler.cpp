@@ -349,22 +349,40 @@ std::vector<StepChunk> Scheduler::plan() {
 }
 
 void Scheduler::commit(const std::vector<StepChunk>& chunks) {
-  const int bs = kv_.block_size();
   for (const StepChunk& c : chunks) {
-    SchedRequest* r = c.req;
-    SPOOL_CHECK(r->n_computed == c.begin);
-    r->n_computed += c.n;
-    if (!prefix_ || r->slot < 0) continue;
-    const std::vector<int>& table = kv_.table(r->slot);
-    uint64_t parent = r->last_key;
-    while ((r->n_indexed + 1) * bs <= r->n_computed) {
-      parent = r->last_key;
-      r->last_key = prefix_->insert(r->last_key, r->tokens.data() + (size_t)r->n_indexed * bs, table[r->n_indexed]);
-      ++r->n_indexed;
-      hints_dirty_ = true;  // a new cached block may be one a hint names
-    }
-    if (snapshots_) take_snapshot(r, parent);
+    SPOOL_CHECK(c.req->n_computed == c.begin);
+    computed(c.req, c.n - c.n_draft);
   }
+}
+
+void Scheduler::commit_accepted(SchedRequest* r, int n) {
+  SPOOL_CHECK(n >= 0 && r->n_computed + n <= (int)r->tokens.size());
+  computed(r, n);
+}
+
+bool Scheduler::extend_with_draft(StepChunk& c, int n_draft) {
+  SchedRequest* r = c.req;
+  if (n_draft <= 0 || c.n_draft != 0 || r->slot < 0 || c.begin + c.n != (int)r->tokens.size()) return false;
+  const int end = c.begin + c.n + n_draft;
+  if (end > kv_.n_ctx() || !kv_.prepare_write(r->slot, c.begin + c.n, end)) return false;
+  c.n += n_draft;
+  c.n_draft = n_draft;
+  return true;
+}
+
+void Scheduler::computed(SchedRequest* r, int n) {
+  const int bs = kv_.block_size();
+  r->n_computed += n;
+  if (!prefix_ || r->slot < 0) return;
+  const std::vector<int>& table = kv_.table(r->slot);
+  uint64_t parent = r->last_key;
+  while ((r->n_indexed + 1) * bs <= r->n_computed) {
+    parent = r->last_key;
+    r->last_key = prefix_->insert(r->last_key, r->tokens.data() + (size_t)r->n_indexed * bs, table[r->n_indexed]);
+    ++r->n_indexed;
+    hints_dirty_ = true;  // a new cached block may be one a hint names
+  }
+  if (snapshots_) take_snapshot(r, parent);
 }
 
 }  // namespace spool

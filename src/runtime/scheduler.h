@@ -73,6 +73,11 @@ struct StepChunk {
   SchedRequest* req = nullptr;
   int begin = 0, n = 0;
   bool logits = false;  // the chunk reaches the end of the request's tokens: sample after it
+  // Speculative decoding: the chunk's last n_draft rows are drafted tokens
+  // (the caller's, after the request's tokens), verified with logits on the
+  // pending token and each of them. commit() counts only the others;
+  // commit_accepted() adds the accepted ones.
+  int n_draft = 0;
 };
 
 class Scheduler {
@@ -90,6 +95,12 @@ class Scheduler {
   std::vector<StepChunk> plan();
   // After the forward pass: advances n_computed and indexes newly full blocks.
   void commit(const std::vector<StepChunk>& chunks);
+  // Adds n_draft rows after a decode chunk of the plan, if the pool has the
+  // blocks without preempting anyone (false: the chunk is unchanged).
+  bool extend_with_draft(StepChunk& c, int n_draft);
+  // After commit(): n more positions of r hold the K/V of its tokens (drafted
+  // tokens that were accepted and are now among r's tokens).
+  void commit_accepted(SchedRequest* r, int n);
   // Requests that can never fit (error set); they are no longer queued.
   std::vector<SchedRequest*> take_failed();
 
@@ -136,6 +147,7 @@ class Scheduler {
   void preempt(SchedRequest* r, std::vector<StepChunk>& plan, int& budget);
   void fail(SchedRequest* r, const std::string& why);
   void release(SchedRequest* r);
+  void computed(SchedRequest* r, int n);  // n more positions hold K/V: index full blocks, take snapshots
   std::unordered_set<uint64_t> inflight_keys() const;  // prompt blocks being prefilled now
 
   SchedOptions opt_;
