@@ -272,6 +272,11 @@ RunExecutor::StepResult RunExecutor::attempt(const AgentSpec& a, const AgentMode
   p.sampling.min_p = 0;
   if (a.seed) p.sampling.seed = a.seed;
   p.stop = a.stop;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = draft_contexts_.find(&m.engine->model());
+    if (it != draft_contexts_.end()) p.draft_contexts = it->second;
+  }
   r = generate(a, m, std::move(p), step, round);
   if (r.ok && !a.output_schema.is_null()) {
     if (r.reason == FinishReason::Length) {
@@ -337,9 +342,13 @@ AgentOutput RunExecutor::run_agent(const AgentSpec& a, int round, int ord, const
       st.tokens = r.tokens;
       st.error.clear();
       st.finished_at = unix_now();
-      if (!item) {
+      auto ctx = std::make_shared<const DraftContext>(m.engine->model().tokenizer().encode(r.output, false, false));
+      {
         std::lock_guard<std::mutex> lock(mu_);
-        outputs_[a.name] = out;
+        if (!item) outputs_[a.name] = out;
+        auto& ctxs = draft_contexts_[&m.engine->model()];
+        ctxs.push_back(std::move(ctx));
+        if (ctxs.size() > 32) ctxs.erase(ctxs.begin());  // the latest outputs: a lookup tries each in turn
       }
       ++runner_.steps_done_;
       json ev{{"type", "output"}, {"agent", step}, {"round", round}, {"output", r.output}, {"tokens", r.tokens},

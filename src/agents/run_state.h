@@ -110,6 +110,10 @@ class RunExecutor {
   std::shared_ptr<PipelineRunner::Run> run_;
   std::map<std::pair<std::string, int>, StepRecord> done_;  // finished steps from the store (resume)
   std::map<std::string, AgentOutput> outputs_;              // latest output per agent
+  // Speculative decoding: every finished step's output as tokens of the model
+  // that wrote it; later steps on that model draft from them (the plan an
+  // executor copies, the executors' results a summarizer quotes).
+  std::map<const Model*, std::vector<std::shared_ptr<const DraftContext>>> draft_contexts_;
   std::string previous_;
   int next_ord_ = 0;
   // The stages in the order they would run (rounds unrolled to max_rounds),

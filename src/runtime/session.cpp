@@ -23,6 +23,17 @@ void Session::reset() {
   keys_.clear();
 }
 
+void Session::rewind(int n_past) {
+  if (n_past < 0 || n_past > n_past_) throw Error("rewind: position " + std::to_string(n_past) + " is not in [0, " +
+                                                  std::to_string(n_past_) + "]");
+  if (!can_rewind()) throw Error("rewind: a model with a recurrent state cannot go back");
+  n_past_ = n_past;
+  if (disk_) {  // saved blocks stay valid (their keys are their own tokens); later ones are saved anew
+    history_.resize(n_past_);
+    keys_.resize(std::min(keys_.size(), (size_t)(n_past_ / disk_->options().block_size)));
+  }
+}
+
 bool Session::set_kv_disk(KvDiskTier* disk) {
   if (kv_->recurrent()) return false;
   SPOOL_CHECK(n_past_ == 0);

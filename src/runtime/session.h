@@ -24,6 +24,11 @@ class Session {
   // every token ([n, n_vocab]); otherwise only for the last ([1, n_vocab]).
   const std::vector<float>& feed(const std::vector<int32_t>& tokens, bool all_logits = false);
   int n_past() const { return n_past_; }
+  // Forgets positions [n_past, n_past()) (drafted tokens that were rejected);
+  // their K/V is overwritten by the next feed(). Not for models with a
+  // recurrent state, which cannot go back (throws spool::Error).
+  void rewind(int n_past);
+  bool can_rewind() const { return kv_->recurrent() == nullptr; }
   int n_ctx() const { return n_ctx_; }
   void reset();
 

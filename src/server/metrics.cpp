@@ -279,6 +279,25 @@ std::string render_metrics(const std::vector<ModelFigures>& models, const std::m
         [](M m) { return (double)m.stats.kv_disk_stats.rejected; });
   f.add("spool_kv_disk_bytes", "gauge", "Bytes of KV block files in the disk tier now.",
         [](M m) { return (double)m.stats.kv_disk_stats.bytes; });
+  f.add("spool_spec_enabled", "gauge", "Speculative decoding: 0 off, 1 auto (the governor decides), 2 on.",
+        [](M m) { return (double)(int)m.stats.spec.mode; });
+  f.add("spool_spec_drafted_tokens_total", "counter", "Drafted tokens verified by the model (speculative decoding).",
+        [](M m) { return (double)m.stats.spec.drafted; });
+  f.add("spool_spec_accepted_tokens_total", "counter", "Drafted tokens accepted (each one a decode step saved).",
+        [](M m) { return (double)m.stats.spec.accepted; });
+  f.add("spool_spec_verify_steps_total", "counter", "Sequence-steps that verified a draft.",
+        [](M m) { return (double)m.stats.spec.verify_steps; });
+  f.add("spool_spec_declined_steps_total", "counter",
+        "Sequence-steps with a draft on offer that the governor did not verify (it would not have paid).",
+        [](M m) { return (double)m.stats.spec.declined; });
+  f.add("spool_spec_drafting_sequences", "gauge", "Sequences that verified a draft in the last step.",
+        [](M m) { return (double)m.stats.spec.drafting; });
+  f.add("spool_spec_acceptance_estimate", "gauge",
+        "The governor's mean estimate of P(next drafted token accepted) over the last step's candidates.",
+        [](M m) { return m.stats.spec.acceptance; });
+  f.add("spool_spec_verify_cost_ratio", "gauge",
+        "Measured cost of a step of 1 + max-draft rows over a step of one row (0: not measured yet).",
+        [](M m) { return m.stats.spec.verify_cost; });
   out += "# HELP spool_http_responses_total HTTP responses by status code.\n"
          "# TYPE spool_http_responses_total counter\n";
   for (const auto& [status, n] : http_by_status)

@@ -23,6 +23,23 @@ json histogram_json(const LatencyHistogram& h) {
   return {{"count", h.count()}, {"sum", h.sum()}, {"buckets", buckets}};
 }
 
+}  // namespace
+
+json spec_stats_json(const SpecStats& s) {
+  return {{"mode", spec_mode_name(s.mode)},
+          {"max_draft", s.max_draft},
+          {"drafted_tokens", s.drafted},
+          {"accepted_tokens", s.accepted},
+          {"acceptance_rate", s.drafted ? (double)s.accepted / s.drafted : 0.0},
+          {"verify_steps", s.verify_steps},
+          {"declined_steps", s.declined},
+          {"drafting_sequences", s.drafting},
+          {"acceptance_estimate", s.acceptance},
+          {"verify_cost_ratio", s.verify_cost}};
+}
+
+namespace {
+
 json engine_json(const EngineStats& s) {
   return {{"running", s.running},
           {"waiting", s.waiting},
@@ -55,6 +72,7 @@ json engine_json(const EngineStats& s) {
                             {"rejected", s.kv_disk_stats.rejected},
                             {"evicted", s.kv_disk_stats.evicted}}
                      : json(nullptr)},
+          {"speculative", spec_stats_json(s.spec)},
           {"ttft_seconds", histogram_json(s.ttft)},
           {"inter_token_seconds", histogram_json(s.inter_token)}};
 }

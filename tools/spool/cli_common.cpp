@@ -38,6 +38,24 @@ std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads) 
   return load_model(resolve_model_path(given_path), opt);
 }
 
+void add_spec_flags(CLI::App* cmd, SpecFlags& f) {
+  cmd->add_option("--spec", f.mode,
+                  "Speculative decoding: drafts from n-gram lookup in the request's own tokens (and, in agent runs, "
+                  "the other stages' text), verified in one pass; the text is the same as without. auto: draft "
+                  "only while measured acceptance and step cost say it pays; on: always; off: never")
+      ->capture_default_str();
+  cmd->add_option("--spec-max", f.max_draft, "Drafted tokens per sequence and step at most (1-64)")
+      ->capture_default_str();
+}
+
+SpecOptions spec_options(const SpecFlags& f) {
+  SpecOptions o;
+  o.mode = parse_spec_mode(f.mode);
+  if (f.max_draft < 1 || f.max_draft > 64) throw Error("--spec-max must be between 1 and 64");
+  o.max_draft = f.max_draft;
+  return o;
+}
+
 void add_model_flags(CLI::App* cmd, ModelFlags& f) {
   cmd->add_option("--mem-budget", f.mem_budget,
                   "Memory budget (K/M/G) for weight cache + KV + scratch; weights stream from storage when they do "

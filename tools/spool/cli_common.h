@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/speculative.h"
 
 namespace spool::cli {
 
@@ -28,6 +29,14 @@ struct ModelFlags {
   std::string dist;                 // --dist ep: expert parallelism over MPI ranks ("" = one process)
 };
 void add_model_flags(CLI::App* cmd, ModelFlags& f);
+
+// Speculative decoding flags shared by run, serve and agents (--spec, --spec-max).
+struct SpecFlags {
+  std::string mode = "auto";
+  int max_draft = 8;
+};
+void add_spec_flags(CLI::App* cmd, SpecFlags& f);
+SpecOptions spec_options(const SpecFlags& f);  // throws spool::Error on a bad value
 // 512, 64K, 1.5G, 8G (binary units); throws spool::Error on anything else.
 uint64_t parse_size(const std::string& s);
 std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& f, int n_ctx,

@@ -33,6 +33,7 @@ struct AgentsRunOptions {
   int n_threads = 0, n_ctx = 0, n_batch = 512, parallel = 4;
   bool json_out = false;
   ModelFlags model_flags;
+  SpecFlags spec;
 };
 
 struct ClientOptions {
@@ -146,6 +147,7 @@ void agents_run(const AgentsRunOptions& o) {
     eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
     eo.max_running = o.parallel;
     eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
+    eo.spec = spec_options(o.spec);
     l.engine = make_engine(*l.model, eo);
     l.grammars = std::make_unique<grammar::GrammarCache>(l.model->tokenizer());
     if (const std::string src = chat_template_source(l.model->file()); !src.empty()) {
@@ -433,6 +435,7 @@ void add_agents_command(CLI::App& app) {
                   "unfinished there resume first");
   run->add_flag("--json", r->json_out, "One JSON object per agent output instead of text");
   add_model_flags(run, r->model_flags);
+  add_spec_flags(run, r->spec);
   run->callback([r] { agents_run(*r); });
 
   auto s = std::make_shared<ClientOptions>();

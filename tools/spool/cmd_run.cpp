@@ -12,7 +12,10 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "grammar/grammar_cache.h"
+#include "kernels/matmul.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
+#include "server/stats_handler.h"
 #include "runtime/kv_disk.h"
 #include "runtime/session.h"
 #include "text/chat_template.h"
@@ -38,6 +41,7 @@ struct RunOptions {
   std::string stats_json;
   std::string json_schema_file, grammar_file, regex;
   std::string kv_disk, data_dir;
+  SpecFlags spec;
 };
 
 // --json-schema / --grammar / --regex: the grammar every generated token must fit.
@@ -104,7 +108,10 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, const Model& model) {
 
 void run(const RunOptions& o) {
   const double t_load = now_seconds();
-  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch, 1, 1);  // one logits row
+  SpecOptions so = spec_options(o.spec);
+  // One logits row a step, or one per drafted token too.
+  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch, 1,
+                          so.mode == SpecMode::Off ? 1 : 1 + so.max_draft);
   const ModelConfig& cfg = model->config();
   const Tokenizer& tok = model->tokenizer();
   const int n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
@@ -152,15 +159,35 @@ void run(const RunOptions& o) {
                  scratch_bytes_estimate(cfg, n_ctx, model->n_batch(), MlaForm::Auto, 1) / 1048576.0, kScratchFixedBytes / 1048576.0);
   const double t_prompt = now_seconds() - t0;
   std::vector<int32_t> generated;
+  // Speculative decoding (runtime/speculative.h): the sampled token goes into
+  // the next pass with a draft after it; the rows are sampled in order and
+  // drafted tokens kept while they equal what was sampled; the session then
+  // forgets the rejected positions. Rows are computed batch-invariantly, so the
+  // text is the same with or without drafts.
+  if (so.mode != SpecMode::Off && !session.can_rewind()) {
+    std::fprintf(stderr, "spool: speculative decoding: off (a model with a recurrent state cannot drop rejected drafts yet)\n");
+    so.mode = SpecMode::Off;
+  }
+  if (so.mode != SpecMode::Off) set_matmul_batch_invariant(true);
+  SpecSequence spec(so);
+  StepCosts costs;
+  SpecStats spec_stats;
+  spec_stats.mode = so.mode;
+  spec_stats.max_draft = so.mode == SpecMode::Off ? 0 : so.max_draft;
+  std::vector<int32_t> history = prompt;  // what drafts are looked up in
+  std::vector<int32_t> draft;             // the drafted tokens in the last pass
+  int row = 0;                            // the logits row sampled next
+  const int n_vocab = cfg.n_vocab;
   const double t1 = now_seconds();
   while (o.n_predict < 0 || (int)generated.size() < o.n_predict) {
     std::shared_ptr<const grammar::TokenMask> mask;
     if (constraint) mask = constraint->mask();
-    const int32_t next = sampler.sample(logits, mask ? mask->data() : nullptr);
+    const int32_t next = sampler.sample(logits + (size_t)row * n_vocab, mask ? mask->data() : nullptr);
     if (next < 0) throw Error("the grammar allows no token of this vocabulary here");
     if (tok.is_eog(next)) break;
     if (constraint) constraint->accept(next);
     generated.push_back(next);
+    history.push_back(next);
     sampler.accept(next);
     if (o.output_ids) {
       std::printf("%s%d", generated.size() > 1 ? "," : "", next);
@@ -170,11 +197,40 @@ void run(const RunOptions& o) {
     }
     std::fflush(stdout);
     if (constraint && constraint->complete()) break;  // the grammar cannot go on
+    if (row < (int)draft.size() && next == draft[row]) {  // accepted: the next row saw this very token
+      ++row;
+      continue;
+    }
+    if (!draft.empty()) {  // the rest of the draft was rejected: forget its positions
+      session.rewind(session.n_past() - ((int)draft.size() - row));
+      spec.verified((int)draft.size(), row);
+      spec_stats.drafted += draft.size();
+      spec_stats.accepted += row;
+      ++spec_stats.verify_steps;
+    }
+    draft.clear();
+    row = 0;
     if (session.n_past() >= n_ctx) break;
+    if (so.mode != SpecMode::Off) {
+      spec.observe(history);
+      const int left = o.n_predict < 0 ? so.max_draft : o.n_predict - (int)generated.size() - 1;
+      std::vector<int32_t> d =
+          spec.propose(history, std::min({so.max_draft, left, n_ctx - session.n_past() - 1}));
+      const int k = d.empty() ? 0 : choose_drafts(so.mode, costs, 1, 1, {{(int)d.size(), spec.acceptance()}}, so.max_draft)[0];
+      if (k > 0) draft.assign(d.begin(), d.begin() + k);
+      else if (!d.empty()) spec.shadow(std::move(d), (int)history.size()), ++spec_stats.declined;
+    }
+    std::vector<int32_t> step = {next};
+    step.insert(step.end(), draft.begin(), draft.end());
     stats.begin_step();
-    logits = session.feed({next}).data();
-    stats.end_step("decode", 1);
+    const double ts = now_seconds();
+    logits = session.feed(step, !draft.empty()).data();
+    costs.record((int)step.size(), now_seconds() - ts);
+    stats.end_step("decode", (int)step.size());
   }
+  if (costs.measured(1) && costs.measured(1 + so.max_draft))
+    spec_stats.verify_cost = costs.estimate(1 + so.max_draft) / costs.estimate(1);
+  spec_stats.acceptance = spec.acceptance();
   const double t_gen = now_seconds() - t1;
   stats.end_progress();
   if (o.output_ids) std::printf("\n");
@@ -190,7 +246,7 @@ void run(const RunOptions& o) {
   if (!o.stats_json.empty())
     stats.write_json(o.stats_json, {{"command", "run"}, {"ttft_s", t_prompt}, {"prompt_tokens", prompt.size()},
                                     {"generated_tokens", generated.size()}, {"gen_s", t_gen},
-                                    {"threads", model->pool().size()}});
+                                    {"threads", model->pool().size()}, {"spec", server::spec_stats_json(spec_stats)}});
 }
 
 }  // namespace
@@ -232,6 +288,7 @@ void add_run_command(CLI::App& app) {
                   "prompt's leading blocks from there instead of computing them (off by default)");
   cmd->add_option("--data-dir", o->data_dir,
                   "With --kv-disk: the data dir (default $XDG_DATA_HOME/spool or ~/.local/share/spool, as serve's)");
+  add_spec_flags(cmd, o->spec);
   cmd->add_flag("--output-ids", o->output_ids, "Print generated token ids (comma-separated) instead of text");
   cmd->callback([o] { run(*o); });
 }

@@ -42,6 +42,7 @@ struct ServeOptions {
   int read_stall_ms = 500;
   int heap_trim_s = 60;
   ModelFlags model_flags;  // --mem-budget and friends, as run/bench
+  SpecFlags spec;          // --spec, --spec-max
 };
 
 // The id clients see: the model file's name (a directory's name for HF checkpoints).
@@ -141,6 +142,7 @@ void serve(const ServeOptions& o) {
     eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
     eo.max_running = o.parallel;
     eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
+    eo.spec = spec_options(o.spec);
     eo.max_waiting = o.max_waiting;
     eo.prefix_cache = !o.no_prefix_cache;
     eo.kv_hints = !o.no_kv_hints;
@@ -348,6 +350,7 @@ void add_serve_command(CLI::App& app) {
                   "that would pass it gets 507 until something is deleted (DELETE on its route)")
       ->capture_default_str();
   add_model_flags(cmd, o->model_flags);
+  add_spec_flags(cmd, o->spec);
   cmd->callback([o] { serve(*o); });
 }
 
