@@ -207,6 +207,7 @@ function paintTiles(now, d, raw) {
     tile('kv-disk-hits', 'KV disk tier: tokens loaded', `${fmtNum(k.hit_tokens, 2)} (${fmtBytes(k.loaded_bytes)} in ${fmtMs(k.load_seconds)})`);
     tile('kv-disk-bytes', 'KV disk tier: held / written', `${fmtBytes(k.bytes)} / ${fmtBytes(k.written_bytes)}`);
   }
+  if (e.speculative) paintSpec(e.speculative);
   tile('generated', 'Tokens generated', fmtNum(e.generated_tokens, 2));
   tile('finished', 'Requests finished', fmtNum(e.requests_finished, 2));
   tile('rss', 'Process memory (RSS)', fmtBytes(now.rss));
@@ -218,6 +219,16 @@ function paintTiles(now, d, raw) {
     tile('w-budget', 'RSS / --mem-budget', now.memBudget ? `${fmtBytes(now.rss)} / ${fmtBytes(now.memBudget)}` : 'no budget');
   }
   if (now.dist) paintDist(now.dist);
+}
+
+// Speculative decoding: drafted and accepted tokens, and the governor's state (--spec).
+function paintSpec(x) {
+  tile('spec', 'Drafts: accepted / verified', x.mode === 'off' ? 'off'
+    : `${fmtNum(x.accepted_tokens, 2)} / ${fmtNum(x.drafted_tokens, 2)}${x.drafted_tokens ? ` (${fmtPct(x.acceptance_rate)})` : ''}`);
+  if (x.mode === 'off') return;
+  const cost = x.verify_cost_ratio ? `${x.verify_cost_ratio.toFixed(2)}×` : '–';
+  tile('spec-governor', `Governor (--spec ${x.mode}): acceptance est., drafting, cost of a drafted step`,
+    `${fmtPct(x.acceptance_estimate)}, ${x.drafting_sequences} seq, ${cost}`);
 }
 
 // --dist ep: the home rank's traffic, and one tile per other rank (its own disk and cache).

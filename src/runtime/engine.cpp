@@ -463,8 +463,9 @@ class EngineImpl final : public Engine {
     st.declined += declined;
     st.drafting = drafting;
     if (!chunks.empty()) st.acceptance = acc / chunks.size();
-    const int big = 1 + opt_.spec.max_draft;
-    st.verify_cost = costs_.measured(1) && costs_.measured(big) ? costs_.estimate(big) / costs_.estimate(1) : 0;
+    int extra = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) extra += chunks[i]->n_draft;
+    if (extra > 0 && costs_.estimate(rows) > 0) st.verify_cost = costs_.estimate(rows + extra) / costs_.estimate(rows);
   }
 
   // Samples r's rows after a drafted decode chunk in order, accepting drafted

@@ -158,7 +158,9 @@ struct SpecStats {
   uint64_t declined = 0;       // sequence-steps with a draft on offer that the governor did not verify
   int drafting = 0;            // sequences that verified a draft in the last step
   double acceptance = 0;       // mean acceptance estimate of the last step's candidates
-  double verify_cost = 0;      // measured step cost with 1 + max_draft rows over 1 row (0: not measured)
+  // The last drafted step's cost over the same step without its drafts (the
+  // governor's measured costs by rows); spool run: 1 + max_draft rows over 1. 0: none yet.
+  double verify_cost = 0;
 };
 
 }  // namespace spool

@@ -296,7 +296,7 @@ std::string render_metrics(const std::vector<ModelFigures>& models, const std::m
         "The governor's mean estimate of P(next drafted token accepted) over the last step's candidates.",
         [](M m) { return m.stats.spec.acceptance; });
   f.add("spool_spec_verify_cost_ratio", "gauge",
-        "Measured cost of a step of 1 + max-draft rows over a step of one row (0: not measured yet).",
+        "Measured cost of the last step with drafts over the same step without them (0: none yet).",
         [](M m) { return m.stats.spec.verify_cost; });
   out += "# HELP spool_http_responses_total HTTP responses by status code.\n"
          "# TYPE spool_http_responses_total counter\n";

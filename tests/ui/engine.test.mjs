@@ -72,6 +72,9 @@ test('engine charts show non-zero figures while requests stream', async () => {
   // The KV disk tier (on by default) wrote the streamed requests' full blocks.
   assert.match(tiles['kv-disk-bytes'] ?? '', /^\d+(\.\d)? [KMG]?i?B \/ \d+(\.\d)? [KMG]iB$/);
   assert.match(tiles['kv-disk-hits'] ?? '', /^\d/);
+  // Speculative decoding (--spec auto by default): its counters and the governor's state.
+  assert.match(tiles.spec ?? '', /^\d+(\.\d+)?k? \/ \d+(\.\d+)?k?( \(\d+(\.\d)? ?%\))?$/);
+  assert.match(tiles['spec-governor'] ?? '', /^\d+(\.\d)? ?%, \d+ seq, (–|\d+\.\d\d×)$/);
   assert.equal(mode, 'weights resident (no streaming figures)');
   assert.equal(await page.$eval('#engine-streaming', (el) => el.hidden), true);
   assert.deepEqual(page.problems, []);
