@@ -112,57 +112,87 @@ void attention(ThreadPool& pool, const ModelConfig& cfg, KvCache& kv, int layer,
   const int n_tokens = batch.size();
   const int hd_k = cfg.head_dim_k, hd_v = cfg.head_dim_v;
   const int group = cfg.n_head / cfg.n_head_kv;
-  // A task is one token and up to kHeadsPerTask query heads of one KV head:
-  // the kernels read each cached row once for all of them.
-  constexpr int kHeadsPerTask = 4;
+  // A task is a run of up to kRowsPerTask consecutive rows of one sequence (a
+  // prefill chunk, a decode token and its draft) and up to kHeadsPerTask
+  // query heads of one KV head: the kernels read each cached row once for
+  // all of them. Every row's numbers are those it gets alone: its scores and
+  // its weighted sum over positions 0..pos in order, whatever it was grouped with.
+  constexpr int kHeadsPerTask = 4, kRowsPerTask = 8;
   const int chunks_per_kv = (group + kHeadsPerTask - 1) / kHeadsPerTask;
   std::map<int, KvSeqView> views;
   for (int t = 0; t < n_tokens; ++t)
     if (!views.count(batch.seq[t])) views.emplace(batch.seq[t], kv.view(layer, batch.seq[t]));
+  std::vector<int> row0;  // first batch row of each run
+  for (int t = 0; t < n_tokens; ++t)
+    if (row0.empty() || t - row0.back() >= kRowsPerTask || batch.seq[t] != batch.seq[t - 1] ||
+        batch.pos[t] != batch.pos[t - 1] + 1)
+      row0.push_back(t);
+  const int n_runs = (int)row0.size();
+  row0.push_back(n_tokens);
   int max_pos = 0;
   for (int t = 0; t < n_tokens; ++t) max_pos = std::max(max_pos, batch.pos[t]);
   const size_t s_stride = (size_t)max_pos + 1;
-  std::vector<std::vector<float>> scores(pool.size(), std::vector<float>(kHeadsPerTask * s_stride));
-  std::vector<std::vector<float>> qs(pool.size(), std::vector<float>((size_t)kHeadsPerTask * hd_k));
+  constexpr int kQueries = kHeadsPerTask * kRowsPerTask;
+  std::vector<std::vector<float>> scores(pool.size(), std::vector<float>(kQueries * s_stride));
+  std::vector<std::vector<float>> qs(pool.size(), std::vector<float>((size_t)kQueries * hd_k));
+  std::vector<std::vector<float>> os(pool.size(), std::vector<float>((size_t)kQueries * hd_v));
 
   // Per task: scores over the cached positions (contiguous runs inside cache
-  // blocks), softmax per head, then the weighted sums of values.
+  // blocks), softmax per row and head, then the weighted sums of values: over
+  // the positions every row of the run sees together, then each row's own.
   const RowKernels& rk = kernels().rows;
   const bool f16 = kv.shape().type == DType::F16;
-  pool.run((int64_t)n_tokens * cfg.n_head_kv * chunks_per_kv, [&](int64_t task, int thread) {
-    const int t = (int)(task / ((int64_t)cfg.n_head_kv * chunks_per_kv));
+  auto dot = [&](const KvSeqView& view, int hk, const float* qv, int n_q, int p_begin, int p_end, float* s) {
+    for (int p0 = p_begin, run; p0 < p_end; p0 += run) {
+      run = std::min(p_end - p0, view.block_size - p0 % view.block_size);
+      if (f16)
+        rk.dot_rows_multi_f16(hd_k, qv, n_q, view.k16(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0, s_stride);
+      else
+        rk.dot_rows_multi(hd_k, qv, n_q, view.k(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0, s_stride);
+    }
+  };
+  auto axpy = [&](const KvSeqView& view, int hk, const float* s, int n_q, int p_begin, int p_end, float* o) {
+    for (int p0 = p_begin, run; p0 < p_end; p0 += run) {
+      run = std::min(p_end - p0, view.block_size - p0 % view.block_size);
+      if (f16)
+        rk.axpy_rows_multi_f16(hd_v, s + p0, s_stride, n_q, view.v16(p0) + (size_t)hk * hd_v, view.v_row, run, o);
+      else
+        rk.axpy_rows_multi(hd_v, s + p0, s_stride, n_q, view.v(p0) + (size_t)hk * hd_v, view.v_row, run, o);
+    }
+  };
+  pool.run((int64_t)n_runs * cfg.n_head_kv * chunks_per_kv, [&](int64_t task, int thread) {
+    const int r = (int)(task / ((int64_t)cfg.n_head_kv * chunks_per_kv));
     const int rest = (int)(task % ((int64_t)cfg.n_head_kv * chunks_per_kv));
     const int hk = rest / chunks_per_kv, h0 = hk * group + (rest % chunks_per_kv) * kHeadsPerTask;
     const int nh = std::min(kHeadsPerTask, (hk + 1) * group - h0);
-    const KvSeqView& view = views.at(batch.seq[t]);
-    const float* qh = q + ((size_t)t * cfg.n_head + h0) * hd_k;
-    float* qsc = qs[thread].data();  // the queries with kq_scale applied
-    for (int i = 0; i < nh * hd_k; ++i) qsc[i] = qh[i] * kq_scale;
-    const int n_pos = batch.pos[t] + 1;
+    const int t0 = row0[r], nt = row0[r + 1] - t0, nq = nt * nh;
+    const KvSeqView& view = views.at(batch.seq[t0]);
+    float* qsc = qs[thread].data();  // the queries (row-major: row, head) with kq_scale applied
+    for (int i = 0; i < nt; ++i) {
+      const float* qh = q + ((size_t)(t0 + i) * cfg.n_head + h0) * hd_k;
+      for (int j = 0; j < nh * hd_k; ++j) qsc[(size_t)i * nh * hd_k + j] = qh[j] * kq_scale;
+    }
+    // Row i sees positions [0, first + i]; the run's rows see [0, first] together.
+    const int first = batch.pos[t0] + 1, last = batch.pos[t0 + nt - 1] + 1;
     float* s = scores[thread].data();
-    for (int p0 = 0, run; p0 < n_pos; p0 += run) {
-      run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
-      if (f16)
-        rk.dot_rows_multi_f16(hd_k, qsc, nh, view.k16(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0, s_stride);
-      else
-        rk.dot_rows_multi(hd_k, qsc, nh, view.k(p0) + (size_t)hk * hd_k, view.k_row, run, s + p0, s_stride);
+    dot(view, hk, qsc, nq, 0, last, s);
+    float inv[kQueries];
+    for (int i = 0; i < nt; ++i)
+      for (int h = 0; h < nh; ++h) {
+        float* sh = s + (size_t)(i * nh + h) * s_stride;
+        const int n_pos = first + i;
+        inv[i * nh + h] = 1.0f / rk.exp_sum(sh, n_pos, *std::max_element(sh, sh + n_pos));
+      }
+    float* o = os[thread].data();
+    std::fill(o, o + (size_t)nq * hd_v, 0.0f);
+    axpy(view, hk, s, nq, 0, first, o);
+    for (int i = 1; i < nt; ++i)
+      axpy(view, hk, s + (size_t)i * nh * s_stride, nh, first, first + i, o + (size_t)i * nh * hd_v);
+    for (int i = 0; i < nt; ++i) {
+      float* dst = out + ((size_t)(t0 + i) * cfg.n_head + h0) * hd_v;  // the nh heads' outputs, contiguous
+      for (int h = 0; h < nh; ++h)
+        for (int j = 0; j < hd_v; ++j) dst[h * hd_v + j] = o[((size_t)i * nh + h) * hd_v + j] * inv[i * nh + h];
     }
-    float inv[kHeadsPerTask];
-    for (int h = 0; h < nh; ++h) {
-      float* sh = s + h * s_stride;
-      inv[h] = 1.0f / rk.exp_sum(sh, n_pos, *std::max_element(sh, sh + n_pos));
-    }
-    float* o = out + ((size_t)t * cfg.n_head + h0) * hd_v;  // the nh heads' outputs, contiguous
-    std::fill(o, o + (size_t)nh * hd_v, 0.0f);
-    for (int p0 = 0, run; p0 < n_pos; p0 += run) {
-      run = std::min(n_pos - p0, view.block_size - p0 % view.block_size);
-      if (f16)
-        rk.axpy_rows_multi_f16(hd_v, s + p0, s_stride, nh, view.v16(p0) + (size_t)hk * hd_v, view.v_row, run, o);
-      else
-        rk.axpy_rows_multi(hd_v, s + p0, s_stride, nh, view.v(p0) + (size_t)hk * hd_v, view.v_row, run, o);
-    }
-    for (int h = 0; h < nh; ++h)
-      for (int i = 0; i < hd_v; ++i) o[h * hd_v + i] *= inv[h];
   });
 }
 

@@ -3,6 +3,11 @@
 // one at a time from an empty cache (random ids, as llama-bench feeds). Each
 // test runs once to warm up, then -r times; we report the median tok/s and the
 // standard deviation. Model loading is never timed.
+// --verify K,...: the cost of a speculative verify step. After a prompt of
+// -p tokens, steps of 1 + K rows with logits on every row are run -n times at
+// the same positions (each one forgotten again), against steps of one row,
+// both batch-invariant as the engine computes them; reported as steps/s and
+// as the ratio of step times.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +20,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
+#include "kernels/matmul.h"
 #include "runtime/session.h"
 #include "synth/synth_quant_mix.h"
 #include "stream_stats.h"
@@ -29,6 +35,7 @@ struct BenchOptions {
   bool json = false;
   ModelFlags model_flags;
   std::string stats_json;
+  std::vector<int> verify;
 };
 
 struct TestResult {
@@ -120,10 +127,68 @@ TestResult run_test(Session& session, const BenchOptions& o, bool prefill, int n
   return r;
 }
 
+// Steps of 1 + k rows (logits on each) at the positions after the prompt, n times; returns steps/s.
+double verify_once(Session& session, int n_prompt_done, int k, int n, int n_vocab, std::mt19937& rng) {
+  const double t0 = now_seconds();
+  for (int i = 0; i < n; ++i) {
+    session.feed(random_tokens(rng, 1 + k, n_vocab), k > 0);
+    session.rewind(n_prompt_done);
+  }
+  return n / std::max(now_seconds() - t0, 1e-9);
+}
+
+void bench_verify(Model& model, const BenchOptions& o) {
+  const ModelConfig& cfg = model.config();
+  const int kmax = *std::max_element(o.verify.begin(), o.verify.end());
+  const int n_prompt = std::max(1, o.n_prompt), steps = std::max(1, o.n_gen);
+  Session session(model, n_prompt + kmax + 1, n_prompt);
+  if (!session.can_rewind()) throw Error("--verify: a model with a recurrent state cannot forget drafted positions");
+  std::mt19937 rng(o.seed);
+  set_matmul_batch_invariant(true);
+  session.feed(random_tokens(rng, n_prompt, cfg.n_vocab));
+  std::vector<int> ks = {0};
+  for (int k : o.verify)
+    if (k > 0 && std::find(ks.begin(), ks.end(), k) == ks.end()) ks.push_back(k);
+  std::vector<TestResult> results;
+  for (int k : ks) {
+    TestResult r;
+    r.test = "step1+" + std::to_string(k);
+    r.n_tokens = 1 + k;
+    verify_once(session, n_prompt, k, std::max(1, steps / 4), cfg.n_vocab, rng);  // warm-up
+    for (int i = 0; i < o.repeats; ++i) r.tok_s.push_back(verify_once(session, n_prompt, k, steps, cfg.n_vocab, rng));
+    summarize(r);
+    results.push_back(r);
+  }
+  const std::string isa = isa_name(kernels().isa);
+  if (o.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const TestResult& r : results)
+      out.push_back({{"model", resolve_model_path(o.model)}, {"type", model_type(model)}, {"threads", model.pool().size()},
+                     {"isa", isa}, {"test", r.test}, {"rows", r.n_tokens}, {"steps_s_median", r.median},
+                     {"cost_ratio", results[0].median / r.median}, {"samples", r.tok_s}, {"n_past", n_prompt}});
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("| %-14s | %7s | %-9s | %8s | %14s | %18s |\n", "type", "threads", "test", "isa", "steps/s (median)",
+              "step time / 1 row");
+  for (const TestResult& r : results)
+    std::printf("| %-14s | %7d | %-9s | %8s | %7.2f ± %5.2f | %18.3f |\n", model_type(model).c_str(), model.pool().size(),
+                r.test.c_str(), isa.c_str(), r.median, r.stddev, results[0].median / r.median);
+}
+
 void bench(const BenchOptions& o) {
   if (o.n_prompt < 0 || o.n_gen < 0 || (o.n_prompt == 0 && o.n_gen == 0))
     throw Error("nothing to benchmark: -p and -n must be >= 0 and not both 0");
   if (o.repeats < 1) throw Error("-r/--repetitions must be at least 1");
+  if (!o.verify.empty()) {
+    for (int k : o.verify)
+      if (k < 0 || k > 64) throw Error("--verify: draft lengths must be between 0 and 64");
+    const int kmax = *std::max_element(o.verify.begin(), o.verify.end());
+    auto model = open_model(o.model, o.n_threads, o.model_flags, std::max(1, o.n_prompt) + kmax + 1,
+                            std::max(1, o.n_prompt));
+    bench_verify(*model, o);
+    return;
+  }
   const int n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
   auto model = open_model(o.model, o.n_threads, o.model_flags, n_ctx, std::max(1, o.n_prompt));
   const ModelConfig& cfg = model->config();
@@ -181,6 +246,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Seed for the random token ids")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print results as a JSON array");
   add_model_flags(cmd, o->model_flags);
+  cmd->add_option("--verify", o->verify,
+                  "Instead of pp/tg: the cost of speculative verify steps of 1 + K rows (comma-separated K) after a "
+                  "prompt of -p tokens, -n steps each, against steps of one row")
+      ->delimiter(',');
   cmd->add_option("--stats-json", o->stats_json, "Write per-token and total statistics of the timed runs as JSON");
   cmd->callback([o] { bench(*o); });
 }

@@ -42,6 +42,7 @@ struct RunOptions {
   std::string json_schema_file, grammar_file, regex;
   std::string kv_disk, data_dir;
   SpecFlags spec;
+  std::vector<std::string> spec_context;  // files whose text drafts may copy
 };
 
 // --json-schema / --grammar / --regex: the grammar every generated token must fit.
@@ -170,6 +171,10 @@ void run(const RunOptions& o) {
   }
   if (so.mode != SpecMode::Off) set_matmul_batch_invariant(true);
   SpecSequence spec(so);
+  std::vector<std::shared_ptr<const DraftContext>> contexts;
+  for (const std::string& f : o.spec_context)
+    contexts.push_back(std::make_shared<const DraftContext>(tok.encode(read_text_file(f), false, false)));
+  spec.set_contexts(std::move(contexts));
   StepCosts costs;
   SpecStats spec_stats;
   spec_stats.mode = so.mode;
@@ -289,6 +294,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--data-dir", o->data_dir,
                   "With --kv-disk: the data dir (default $XDG_DATA_HOME/spool or ~/.local/share/spool, as serve's)");
   add_spec_flags(cmd, o->spec);
+  cmd->add_option("--spec-context", o->spec_context,
+                  "A text file that drafts may also copy from (a document being edited, earlier output; "
+                  "repeatable)")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--output-ids", o->output_ids, "Print generated token ids (comma-separated) instead of text");
   cmd->callback([o] { run(*o); });
 }

@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Speculative decoding (issue 30): what a verify step costs, what n-gram
+# drafts gain on a trained model, that auto mode costs nothing where nothing
+# can be predicted, and an agent pipeline's wall time. Prints markdown tables.
+#
+#   bench/speculative.sh [SPOOL_BIN]
+#
+# Parts (PARTS="verify stories random pipeline stream", default all but stream):
+#   verify    spool bench --verify 4,8 on a synthetic 1.1B Q4_0 (spool synth), native ISA and SPOOL_ISA=avx2;
+#             with LLAMA_BENCH=path, llama.cpp's pp5 / pp9 / tg16 on the same file for the same ratio.
+#   stories   stories260K, greedy, 5 prompts x 400 tokens: --spec off / auto / on, interleaved, REPS times;
+#             identical text checked; plus the upper bound with acceptance 1 (the plain run's own output given
+#             as --spec-context, so every draft is right).
+#   random    the synthetic 1.1B Q4_0 (random weights), greedy 64 tokens: auto vs off.
+#   stream    the Kimi-K2-shaped streamed MoE (KIMI=path, spool synth --arch deepseek2 --preset kimi-k2-scaled)
+#             under devsim 1 GiB + --read-bw 1G, cold, 16 tokens: auto vs off.
+#   pipeline  planner -> 4 executors copying the plan -> summarizer on stories260K (spool agents run): wall
+#             time and outputs with --spec off vs auto.
+# Environment: THREADS (2), REPS (5), DIR (/tmp/spool-bench), KIMI, LLAMA_BENCH, DEVSIM (../shared/tools/devsim).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+spool="$(realpath "${1:-$here/../build/spool}")"
+shared="$(realpath "$here/../../shared")"
+threads="${THREADS:-2}"
+reps="${REPS:-5}"
+dir="${DIR:-/tmp/spool-bench}"
+parts="${PARTS:-verify stories random pipeline}"
+stories="$shared/models/stories260K.gguf"
+mkdir -p "$dir"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+isa="$(grep -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "# bench/speculative.sh — $(date -u '+%Y-%m-%d %H:%M UTC'), $cpu, ${isa:-no AVX-512}, $threads threads"
+echo
+
+q4="$dir/q4_0-1.1b.gguf"
+if [[ " $parts " == *" verify "* || " $parts " == *" random "* ]] && [ ! -f "$q4" ]; then
+  "$spool" synth --preset tinyllama-1.1b --type Q4_0 -t "$threads" -o "$q4" >/dev/null 2>&1
+fi
+
+# median of the numbers on stdin
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+if [[ " $parts " == *" verify "* ]]; then
+  echo "## Verify step cost (synthetic 1.1B Q4_0, 64 positions cached, -n 32 steps, median of $reps)"
+  echo
+  echo "| ISA | step 1+0 (steps/s) | 1+4 / 1+0 | 1+8 / 1+0 |"
+  echo "|---|---|---|---|"
+  for cap in native avx2; do
+    env_isa=(); [ "$cap" = avx2 ] && env_isa=(SPOOL_ISA=avx2)
+    env "${env_isa[@]}" "$spool" bench -m "$q4" -t "$threads" -p 64 -n 32 -r "$reps" --verify 4,8 --json 2>/dev/null >"$tmp/v.json"
+    /usr/bin/python3 - "$tmp/v.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+by = {x["rows"]: x for x in r}
+print(f"| {r[0]['isa']} | {by[1]['steps_s_median']:.2f} | {by[5]['cost_ratio']:.2f}x | {by[9]['cost_ratio']:.2f}x |")
+EOF
+  done
+  if [ -n "${LLAMA_BENCH:-}" ]; then
+    "$LLAMA_BENCH" -m "$q4" -t "$threads" -p 5,9 -n 16 -r "$reps" -o json 2>/dev/null >"$tmp/l.json"
+    /usr/bin/python3 - "$tmp/l.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+t = {(x["n_prompt"], x["n_gen"]): x["avg_ts"] for x in r}
+tg = t[(0, 16)]
+step = lambda n: n / t[(n, 0)]
+print(f"| llama.cpp (pp5, pp9 from an empty cache vs tg16) | {tg:.2f} | {step(5) * tg:.2f}x | {step(9) * tg:.2f}x |")
+EOF
+  fi
+  echo
+fi
+
+prompts=(
+  "Once upon a time, there was a little girl named Lily. She loved to play with her ball in the park."
+  "Tom and his dog went to the park. They saw a big tree."
+  "One day, a little bird was flying in the sky. It was a sunny day."
+  "Sue had a red hat. She liked her red hat very much."
+  "There was a big cat who lived in a small house."
+)
+
+if [[ " $parts " == *" stories "* ]]; then
+  echo "## stories260K, greedy, ${#prompts[@]} prompts x 400 tokens, n-gram drafts (--spec-max 8), median of $reps"
+  echo
+  for mode in off auto on bound; do : >"$tmp/tps.$mode"; done
+  for r in $(seq "$reps"); do
+    for i in "${!prompts[@]}"; do
+      for mode in off auto on bound; do
+        extra=(--spec "$mode")
+        [ "$mode" = bound ] && extra=(--spec on --spec-context "$tmp/out.off.$i")
+        "$spool" run -m "$stories" -p "${prompts[$i]}" -n 400 --temp 0 -t "$threads" "${extra[@]}" \
+          --stats-json "$tmp/s.json" >"$tmp/out.$mode.$i" 2>/dev/null
+        [ "$r" = 1 ] && [ "$mode" != off ] && ! cmp -s "$tmp/out.off.$i" "$tmp/out.$mode.$i" &&
+          { echo "TEXT DIFFERS: --spec $mode, prompt $i" >&2; exit 1; }
+        /usr/bin/python3 -c "import json,sys; s=json.load(open('$tmp/s.json')); print(s['generated_tokens']/s['gen_s'], s['spec']['accepted_tokens'], s['spec']['drafted_tokens'])" >>"$tmp/tps.$mode"
+      done
+    done
+  done
+  echo "| --spec | decode tok/s (median over prompts x reps) | vs off | drafted | accepted |"
+  echo "|---|---|---|---|---|"
+  off_tps="$(cut -d' ' -f1 "$tmp/tps.off" | median)"
+  for mode in off auto on bound; do
+    tps="$(cut -d' ' -f1 "$tmp/tps.$mode" | median)"
+    acc="$(awk '{a+=$2; d+=$3} END {print a, d}' "$tmp/tps.$mode")"
+    label="$mode"; [ "$mode" = bound ] && label="on, acceptance 1 (own output as --spec-context)"
+    printf '| %s | %.0f | %.2fx | %s | %s |\n' "$label" "$tps" "$(echo "$tps / $off_tps" | bc -l)" \
+      "${acc#* }" "${acc% *}"
+  done
+  echo
+  echo "Text identical to --spec off for every prompt and mode."
+  echo
+fi
+
+if [[ " $parts " == *" random "* ]]; then
+  echo "## Random weights (synthetic 1.1B Q4_0), greedy 64 tokens, median of $reps"
+  echo
+  : >"$tmp/r.off"; : >"$tmp/r.auto"
+  for r in $(seq "$reps"); do
+    for mode in off auto; do
+      "$spool" run -m "$q4" -p "The quick brown fox" -n 64 --temp 0 -t "$threads" --spec "$mode" \
+        --stats-json "$tmp/s.json" >"$tmp/rout.$mode" 2>/dev/null
+      /usr/bin/python3 -c "import json; s=json.load(open('$tmp/s.json')); print(s['generated_tokens']/s['gen_s'], s['spec']['drafted_tokens'], s['spec']['accepted_tokens'])" >>"$tmp/r.$mode"
+    done
+    cmp -s "$tmp/rout.off" "$tmp/rout.auto" || { echo "TEXT DIFFERS on the random model" >&2; exit 1; }
+  done
+  off_tps="$(cut -d' ' -f1 "$tmp/r.off" | median)"; auto_tps="$(cut -d' ' -f1 "$tmp/r.auto" | median)"
+  echo "| --spec | tok/s | vs off | drafted / accepted (all runs) |"
+  echo "|---|---|---|---|"
+  printf '| off | %.2f | 1.00x | – |\n' "$off_tps"
+  printf '| auto | %.2f | %.3fx | %s |\n' "$auto_tps" "$(echo "$auto_tps / $off_tps" | bc -l)" \
+    "$(awk '{d+=$2; a+=$3} END {print d " / " a}' "$tmp/r.auto")"
+  echo
+fi
+
+if [[ " $parts " == *" stream "* ]]; then
+  kimi="${KIMI:?set KIMI to the Kimi-K2-shaped synthetic MoE (spool synth --arch deepseek2 --preset kimi-k2-scaled)}"
+  devsim="${DEVSIM:-$shared/tools/devsim}"
+  echo "## Streamed Kimi-K2-shaped MoE ($(du -h "$kimi" | cut -f1)), devsim 1 GiB + --read-bw 1G, cold, 16 tokens"
+  echo
+  echo "| --spec | tok/s | vs off | drafted / accepted |"
+  echo "|---|---|---|---|"
+  for mode in off auto; do
+    : >"$tmp/k.$mode"
+  done
+  for r in $(seq "${STREAM_REPS:-2}"); do
+    for mode in off auto; do
+      "$devsim" --mem 1G --read-bw 1G -- "$spool" run -m "$kimi" -p "The quick brown fox" -n 16 --temp 0 -t "$threads" \
+        --spec "$mode" --stats-json "$tmp/s.json" >"$tmp/kout.$mode" 2>"$tmp/kerr.$mode"
+      /usr/bin/python3 -c "import json; s=json.load(open('$tmp/s.json')); print(s['generated_tokens']/s['gen_s'], s['spec']['drafted_tokens'], s['spec']['accepted_tokens'])" >>"$tmp/k.$mode"
+    done
+    cmp -s "$tmp/kout.off" "$tmp/kout.auto" || { echo "TEXT DIFFERS on the streamed MoE" >&2; exit 1; }
+  done
+  off_tps="$(cut -d' ' -f1 "$tmp/k.off" | median)"
+  for mode in off auto; do
+    tps="$(cut -d' ' -f1 "$tmp/k.$mode" | median)"
+    printf '| %s | %.3f | %.3fx | %s |\n' "$mode" "$tps" "$(echo "$tps / $off_tps" | bc -l)" \
+      "$(awk '{d+=$2; a+=$3} END {print d " / " a}' "$tmp/k.$mode")"
+  done
+  echo
+fi
+
+if [[ " $parts " == *" pipeline "* ]]; then
+  cat >"$tmp/pipeline.json" <<'EOF'
+{
+  "name": "plan-copy-summarize",
+  "task": "Lily finds a lost dog in the park and brings it home.",
+  "temperature": 0,
+  "max_tokens": 160,
+  "agents": [
+    {"name": "planner", "prompt": "Task: {task}\nWrite the story plan."},
+    {"name": "one", "prompt": "Plan:\n{agents.planner.output}\nCopy the plan, then write part one."},
+    {"name": "two", "prompt": "Plan:\n{agents.planner.output}\nCopy the plan, then write part two."},
+    {"name": "three", "prompt": "Plan:\n{agents.planner.output}\nCopy the plan, then write part three."},
+    {"name": "four", "prompt": "Plan:\n{agents.planner.output}\nCopy the plan, then write part four."},
+    {"name": "summarizer", "prompt": "Results:\n{previous}\nWrite the final story."}
+  ],
+  "stages": ["planner", {"parallel": ["one", "two", "three", "four"]}, "summarizer"]
+}
+EOF
+  echo "## Agent pipeline: planner -> 4 executors copying the plan -> summarizer (stories260K, temperature 0, 160 tokens a step)"
+  echo
+  : >"$tmp/p.off"; : >"$tmp/p.auto"
+  for r in $(seq "$reps"); do
+    for mode in off auto; do
+      t0=$(date +%s.%N)
+      "$spool" agents run "$tmp/pipeline.json" -m "$stories" -t "$threads" --spec "$mode" --json >"$tmp/pout.$mode" 2>/dev/null
+      t1=$(date +%s.%N)
+      echo "$t1 - $t0" | bc -l >>"$tmp/p.$mode"
+    done
+    /usr/bin/python3 - "$tmp/pout.off" "$tmp/pout.auto" <<'EOF' || { echo "PIPELINE OUTPUTS DIFFER" >&2; exit 1; }
+import json, sys
+def outputs(p):
+    return {e["agent"]: e["output"] for e in map(json.loads, open(p)) if e.get("type") == "output"}
+a, b = outputs(sys.argv[1]), outputs(sys.argv[2])
+sys.exit(0 if a == b and len(a) == 6 else 1)
+EOF
+  done
+  off_s="$(median <"$tmp/p.off")"; auto_s="$(median <"$tmp/p.auto")"
+  echo "| --spec | wall s (median of $reps) | vs off |"
+  echo "|---|---|---|"
+  printf '| off | %.3f | 1.00x |\n| auto | %.3f | %.2fx faster |\n' "$off_s" "$auto_s" "$(echo "$off_s / $auto_s" | bc -l)"
+  echo
+  echo "Outputs of all six steps identical."
+fi
