@@ -11,9 +11,10 @@
 #   stories   stories260K, greedy, 5 prompts x 400 tokens: --spec off / auto / on, interleaved, REPS times;
 #             identical text checked; plus the upper bound with acceptance 1 (the plain run's own output given
 #             as --spec-context, so every draft is right).
-#   random    the synthetic 1.1B Q4_0 (random weights), greedy 64 tokens: auto vs off.
+#   random    the synthetic 1.1B Q4_0 (random weights), greedy 64 tokens: off / auto / on, drafts offered from
+#             the plain run's text with every third word replaced (--spec-context).
 #   stream    the Kimi-K2-shaped streamed MoE (KIMI=path, spool synth --arch deepseek2 --preset kimi-k2-scaled)
-#             under devsim 1 GiB + --read-bw 1G, cold, 16 tokens: auto vs off.
+#             under devsim 1 GiB + --read-bw 1G, cold, 16 tokens: off / auto / on, drafts as for random.
 #   pipeline  planner -> 4 executors copying the plan -> summarizer on stories260K (spool agents run): wall
 #             time and outputs with --spec off vs auto.
 # Environment: THREADS (2), REPS (5), DIR (/tmp/spool-bench), KIMI, LLAMA_BENCH, DEVSIM (../shared/tools/devsim).
@@ -42,6 +43,25 @@ fi
 
 # median of the numbers on stdin
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# tok/s, drafted, accepted of a run's --stats-json
+stats_line() {
+  /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(s['generated_tokens']/s['gen_s'], s['spec']['drafted_tokens'], s['spec']['accepted_tokens'])" "$1"
+}
+# a text with every third word replaced: a copy with edits, for drafts that are offered and often wrong
+edit_copy() { awk '{for (i = 1; i <= NF; i++) if (i % 3 == 0) $i = "zebra"; print}' "$1"; }
+# rows of PREFIX.MODE for each MODE (stats_line lines), against PREFIX.off
+table() {
+  local prefix="$1" off_tps tps
+  shift
+  off_tps="$(cut -d' ' -f1 "$prefix.off" | median)"
+  echo "| --spec | tok/s (median) | vs off | drafted / accepted (all runs) |"
+  echo "|---|---|---|---|"
+  for mode in "$@"; do
+    tps="$(cut -d' ' -f1 "$prefix.$mode" | median)"
+    printf '| %s | %.3f | %.3fx | %s |\n' "$mode" "$tps" "$(echo "$tps / $off_tps" | bc -l)" \
+      "$(awk '{d+=$2; a+=$3} END {print d " / " a}' "$prefix.$mode")"
+  done
+}
 
 if [[ " $parts " == *" verify "* ]]; then
   echo "## Verify step cost (synthetic 1.1B Q4_0, 64 positions cached, -n 32 steps, median of $reps)"
@@ -71,6 +91,8 @@ EOF
   fi
   echo
 fi
+
+rprompt="The quick brown fox jumps over the lazy dog."
 
 prompts=(
   "Once upon a time, there was a little girl named Lily. She loved to play with her ball in the park."
@@ -113,50 +135,49 @@ if [[ " $parts " == *" stories "* ]]; then
 fi
 
 if [[ " $parts " == *" random "* ]]; then
-  echo "## Random weights (synthetic 1.1B Q4_0), greedy 64 tokens, median of $reps"
+  echo "## Random weights (synthetic 1.1B Q4_0), greedy 64 tokens, drafts from an edited copy, median of $reps"
   echo
-  : >"$tmp/r.off"; : >"$tmp/r.auto"
+  # Random weights continue nothing, so n-gram drafts are rarely on offer: each run is given the plain run's
+  # text with every third word replaced as --spec-context, so drafts are offered and often wrong.
+  "$spool" run -m "$q4" -p "$rprompt" -n 64 --temp 0 -t "$threads" --spec off >"$tmp/rplain" 2>/dev/null
+  edit_copy "$tmp/rplain" >"$tmp/rctx"
+  for mode in off auto on plain; do : >"$tmp/r.$mode"; done
   for r in $(seq "$reps"); do
-    for mode in off auto; do
-      "$spool" run -m "$q4" -p "The quick brown fox" -n 64 --temp 0 -t "$threads" --spec "$mode" \
+    for mode in off auto on plain; do
+      ctx=(--spec-context "$tmp/rctx"); spec="$mode"
+      [ "$mode" = plain ] && ctx=() && spec=auto  # nothing to copy: drafts only where the text repeats itself
+      "$spool" run -m "$q4" -p "$rprompt" -n 64 --temp 0 -t "$threads" --spec "$spec" "${ctx[@]}" \
         --stats-json "$tmp/s.json" >"$tmp/rout.$mode" 2>/dev/null
-      /usr/bin/python3 -c "import json; s=json.load(open('$tmp/s.json')); print(s['generated_tokens']/s['gen_s'], s['spec']['drafted_tokens'], s['spec']['accepted_tokens'])" >>"$tmp/r.$mode"
+      stats_line "$tmp/s.json" >>"$tmp/r.$mode"
     done
-    cmp -s "$tmp/rout.off" "$tmp/rout.auto" || { echo "TEXT DIFFERS on the random model" >&2; exit 1; }
+    for mode in auto on plain; do
+      cmp -s "$tmp/rout.off" "$tmp/rout.$mode" || { echo "TEXT DIFFERS on the random model (--spec $mode)" >&2; exit 1; }
+    done
   done
-  off_tps="$(cut -d' ' -f1 "$tmp/r.off" | median)"; auto_tps="$(cut -d' ' -f1 "$tmp/r.auto" | median)"
-  echo "| --spec | tok/s | vs off | drafted / accepted (all runs) |"
-  echo "|---|---|---|---|"
-  printf '| off | %.2f | 1.00x | – |\n' "$off_tps"
-  printf '| auto | %.2f | %.3fx | %s |\n' "$auto_tps" "$(echo "$auto_tps / $off_tps" | bc -l)" \
-    "$(awk '{d+=$2; a+=$3} END {print d " / " a}' "$tmp/r.auto")"
+  table "$tmp/r" off auto on plain
+  echo "(plain: --spec auto without the edited copy, where only the text's own repetitions offer drafts)"
   echo
 fi
 
 if [[ " $parts " == *" stream "* ]]; then
   kimi="${KIMI:?set KIMI to the Kimi-K2-shaped synthetic MoE (spool synth --arch deepseek2 --preset kimi-k2-scaled)}"
   devsim="${DEVSIM:-$shared/tools/devsim}"
-  echo "## Streamed Kimi-K2-shaped MoE ($(du -h "$kimi" | cut -f1)), devsim 1 GiB + --read-bw 1G, cold, 16 tokens"
+  echo "## Streamed Kimi-K2-shaped MoE ($(du -h "$kimi" | cut -f1)), devsim 1 GiB + --read-bw 1G, cold, 16 tokens, drafts from an edited copy"
   echo
-  echo "| --spec | tok/s | vs off | drafted / accepted |"
-  echo "|---|---|---|---|"
-  for mode in off auto; do
-    : >"$tmp/k.$mode"
-  done
+  "$spool" run -m "$kimi" -p "$rprompt" -n 16 --temp 0 -t "$threads" --mem-budget 1G --spec off >"$tmp/kplain" 2>/dev/null
+  edit_copy "$tmp/kplain" >"$tmp/kctx"
+  for mode in off auto on; do : >"$tmp/k.$mode"; done
   for r in $(seq "${STREAM_REPS:-2}"); do
-    for mode in off auto; do
-      "$devsim" --mem 1G --read-bw 1G -- "$spool" run -m "$kimi" -p "The quick brown fox" -n 16 --temp 0 -t "$threads" \
-        --spec "$mode" --stats-json "$tmp/s.json" >"$tmp/kout.$mode" 2>"$tmp/kerr.$mode"
-      /usr/bin/python3 -c "import json; s=json.load(open('$tmp/s.json')); print(s['generated_tokens']/s['gen_s'], s['spec']['drafted_tokens'], s['spec']['accepted_tokens'])" >>"$tmp/k.$mode"
+    for mode in off auto on; do
+      "$devsim" --mem 1G --read-bw 1G --path "$kimi" --cold -- "$spool" run -m "$kimi" -p "$rprompt" -n 16 --temp 0 \
+        -t "$threads" --spec "$mode" --spec-context "$tmp/kctx" --stats-json "$tmp/s.json" >"$tmp/kout.$mode" 2>/dev/null
+      stats_line "$tmp/s.json" >>"$tmp/k.$mode"
     done
-    cmp -s "$tmp/kout.off" "$tmp/kout.auto" || { echo "TEXT DIFFERS on the streamed MoE" >&2; exit 1; }
+    for mode in auto on; do
+      cmp -s "$tmp/kout.off" "$tmp/kout.$mode" || { echo "TEXT DIFFERS on the streamed MoE (--spec $mode)" >&2; exit 1; }
+    done
   done
-  off_tps="$(cut -d' ' -f1 "$tmp/k.off" | median)"
-  for mode in off auto; do
-    tps="$(cut -d' ' -f1 "$tmp/k.$mode" | median)"
-    printf '| %s | %.3f | %.3fx | %s |\n' "$mode" "$tps" "$(echo "$tps / $off_tps" | bc -l)" \
-      "$(awk '{d+=$2; a+=$3} END {print d " / " a}' "$tmp/k.$mode")"
-  done
+  table "$tmp/k" off auto on
   echo
 fi
 

@@ -13,6 +13,11 @@ struct Batch {
   std::vector<int32_t> pos;
   std::vector<int32_t> seq;
   std::vector<uint8_t> want_logits;
+  // Hybrid models: sequences whose rows fold into the recurrent state one
+  // token at a time (as decode steps do) instead of in the delta rule's
+  // chunked form, whose rounding differs: a speculative verify pass, and the
+  // recomputation after one, must give the numbers of one-token steps.
+  std::vector<int32_t> stepwise_seqs;
 
   void add(int32_t token, int32_t position, int32_t seq_id, bool logits) {
     tokens.push_back(token);
@@ -20,7 +25,12 @@ struct Batch {
     seq.push_back(seq_id);
     want_logits.push_back(logits ? 1 : 0);
   }
-  void clear() { tokens.clear(); pos.clear(); seq.clear(); want_logits.clear(); }
+  void clear() { tokens.clear(); pos.clear(); seq.clear(); want_logits.clear(); stepwise_seqs.clear(); }
+  bool stepwise(int32_t s) const {
+    for (int32_t x : stepwise_seqs)
+      if (x == s) return true;
+    return false;
+  }
   int32_t size() const { return (int32_t)tokens.size(); }
   int32_t n_outputs() const {
     int32_t n = 0;

@@ -184,9 +184,10 @@ void GatedDeltaNetModel::project_gdn(const GdnLayerWeights& L, const float* xn, 
     }
 }
 
-// One sequence's rows of this batch through the conv and the delta rule; o_ rows filled.
+// One sequence's rows of this batch through the conv and the delta rule; o_ rows filled. stepwise: the
+// delta rule one token at a time (Batch::stepwise_seqs).
 void GatedDeltaNetModel::run_sequence(int l, const GdnLayerWeights& L, RecurrentState& rs, int seq,
-                                      const std::vector<int>& rows) {
+                                      const std::vector<int>& rows, bool stepwise) {
   const int m = (int)rows.size(), C = g_.conv_dim(), nv = g_.n_v, VD = g_.value_dim();
   for (int i = 0; i < m; ++i) {
     std::memcpy(seq_in_.data() + (size_t)i * C, mixed_.data() + (size_t)rows[i] * C, C * sizeof(float));
@@ -203,7 +204,7 @@ void GatedDeltaNetModel::run_sequence(int l, const GdnLayerWeights& L, Recurrent
     for (int h = 0; h < 2 * g_.n_k; ++h) l2_normalize(x + (size_t)i * C + h * g_.dk, g_.dk, 1e-6f);
   float* S = rs.ssm(l, seq);  // [n_v][dk][dv]
   const float scale = 1.0f / std::sqrt((float)g_.dk);
-  const int chunk = g_chunk_size.load();
+  const int chunk = stepwise ? 1 : g_chunk_size.load();
   pool().run(nv, [&](int64_t j, int thread) {
     const int kh = g_.k_head_of((int)j);
     DeltaRuleRows r;
@@ -242,7 +243,7 @@ void GatedDeltaNetModel::linear_attention_layer(int l, const Batch& batch, KvCac
         throw Error("sequence " + std::to_string(seq) + ": position " + std::to_string(batch.pos[rows[i]]) +
                     " does not continue its recurrent state (" + std::to_string(have) +
                     " tokens folded in); a hybrid model cannot rewind, clear the sequence to recompute");
-    run_sequence(l, L, *rs, seq, rows);
+    run_sequence(l, L, *rs, seq, rows, batch.stepwise(seq));
   }
   // Gated RMSNorm per value head: norm(o) * w * silu(z).
   {

@@ -58,7 +58,8 @@ class GatedDeltaNetModel : public LlamaFamilyModel {
 
  private:
   void project_gdn(const GdnLayerWeights& L, const float* xn, int n);
-  void run_sequence(int l, const GdnLayerWeights& L, RecurrentState& rs, int seq, const std::vector<int>& rows);
+  void run_sequence(int l, const GdnLayerWeights& L, RecurrentState& rs, int seq, const std::vector<int>& rows,
+                    bool stepwise);
   // Buffers, grown as needed (shapes in gdn_model.cpp).
   std::vector<float> qg_, gate_, mixed_, z_, ba_, gdecay_, beta_, seq_in_, seq_conv_, seq_o_, seq_g_, seq_b_, o_;
   std::vector<float> conv_w_, dt_, a_, sh_g_, sh_u_, sh_s_;

@@ -157,7 +157,8 @@ void kda_forward(WeightStore& store, ThreadPool& pool, const ModelConfig& c, con
       r.beta_stride = H;
       r.o = s.o.data() + at;
       r.o_stride = C;
-      delta_rule_chunked(S + (size_t)h * D * D, D, D, t1 - t0, r, scale, kKdaChunk, s.dr[thread], batch.pos[t0]);
+      const int chunk = batch.stepwise(batch.seq[t0]) ? 1 : kKdaChunk;  // one-token steps: Batch::stepwise_seqs
+      delta_rule_chunked(S + (size_t)h * D * D, D, D, t1 - t0, r, scale, chunk, s.dr[thread], batch.pos[t0]);
     });
   }
 

@@ -83,6 +83,20 @@ void RecurrentState::copy(int dst, int src) {
   seq_at(dst).n_tokens = seq_at(src).n_tokens;
 }
 
+int RecurrentState::save(int seq, std::vector<float>& out) const {
+  const Seq& s = seq_at(seq);
+  SPOOL_CHECK(s.data != nullptr);
+  out.assign(s.data.get(), s.data.get() + floats_per_seq_);
+  return s.n_tokens;
+}
+
+void RecurrentState::restore(int seq, const std::vector<float>& in, int n_tokens) {
+  SPOOL_CHECK(in.size() == floats_per_seq_);
+  ensure(seq);
+  std::memcpy(seq_at(seq).data.get(), in.data(), floats_per_seq_ * sizeof(float));
+  seq_at(seq).n_tokens = n_tokens;
+}
+
 uint64_t RecurrentState::bytes_allocated() const { return (uint64_t)n_active() * floats_per_seq_ * sizeof(float); }
 
 int RecurrentState::n_active() const {

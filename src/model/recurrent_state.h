@@ -48,6 +48,10 @@ class RecurrentState {
   void set_n_tokens(int seq, int n);
   // dst's state becomes a copy of src's (both allocated as needed).
   void copy(int dst, int src);
+  // seq's whole state into `out` (resized); returns its token count. restore()
+  // puts such a copy back (a speculative pass's rejected tokens undone).
+  int save(int seq, std::vector<float>& out) const;
+  void restore(int seq, const std::vector<float>& in, int n_tokens);
 
   uint64_t bytes_allocated() const;  // states currently held
   int n_active() const;

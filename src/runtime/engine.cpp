@@ -56,6 +56,12 @@ struct Request : SchedRequest {
   Clock::time_point submitted, last_token;
   SpecSequence spec;            // its drafts and acceptance (speculative decoding)
   std::vector<int32_t> draft;   // drafted tokens verified in this step
+  // Hybrid models: the recurrent state before this step's verify pass, and
+  // where recomputation after a rejected draft ends (its rows fold in one
+  // token at a time, as the verify pass did).
+  std::vector<float> state_backup;
+  int state_backup_tokens = -1;
+  int stepwise_until = 0;
   Request(RequestParams p, RequestCallback cb, int n_vocab, const SpecOptions& so)
       : params(std::move(p)), callback(std::move(cb)), sampler(params.sampling, n_vocab), stream(params.stop),
         spec(so) {
@@ -141,9 +147,9 @@ class EngineImpl final : public Engine {
         stats_.kv_disk_stats = disk_->stats();
       }
     }
-    // Drafts need a pass whose rejected positions can be dropped: attention K/V is simply overwritten later, a
-    // recurrent state is not (hybrid models decode without drafts until it can be rolled back).
-    spec_on_ = opt_.spec.mode != SpecMode::Off && opt_.spec.max_draft > 0 && !hybrid;
+    // Drafts need a pass whose rejected positions can be dropped: attention K/V is simply overwritten later; a
+    // recurrent state (hybrid models) is saved before the pass and restored, and the accepted tokens recomputed.
+    spec_on_ = opt_.spec.mode != SpecMode::Off && opt_.spec.max_draft > 0;
     stats_.spec.mode = spec_on_ ? opt_.spec.mode : SpecMode::Off;
     stats_.spec.max_draft = spec_on_ ? opt_.spec.max_draft : 0;
     stats_.kv_blocks_total = kv_->n_blocks();
@@ -369,7 +375,12 @@ class EngineImpl final : public Engine {
       batch_.clear();
       for (const StepChunk& c : plan) {
         const int n_own = c.n - c.n_draft;  // the request's tokens; then its draft
-        const std::vector<int32_t>& draft = static_cast<Request&>(*c.req).draft;
+        Request& r = static_cast<Request&>(*c.req);
+        const std::vector<int32_t>& draft = r.draft;
+        if (RecurrentState* rs = kv_->recurrent(); rs && (c.n_draft > 0 || r.stepwise_until > c.begin)) {
+          batch_.stepwise_seqs.push_back(r.slot);  // one-token steps, the numbers of plain decoding
+          if (c.n_draft > 0) r.state_backup_tokens = rs->save(r.slot, r.state_backup);
+        }
         for (int i = 0; i < c.n; ++i)
           batch_.add(i < n_own ? c.req->tokens[c.begin + i] : draft[i - n_own], c.begin + i, c.req->slot,
                      c.logits && (i + 1 == c.n || (c.n_draft > 0 && i + 1 >= n_own)));
@@ -435,7 +446,7 @@ class EngineImpl final : public Engine {
       r.spec.observe(r.tokens);
       // No token past max_tokens or the context is drafted (the last one sampled needs no draft row).
       const int k = std::min({opt_.spec.max_draft, r.params.max_tokens - r.completion_tokens - 1,
-                              opt_.n_ctx - (int)r.tokens.size() - 1});
+                              opt_.n_ctx - (int)r.tokens.size() - 1, sched_->draft_limit(&r)});
       std::vector<int32_t> d = r.spec.propose(r.tokens, k);
       if (d.empty()) continue;
       chunks.push_back(&c);
@@ -476,6 +487,8 @@ class EngineImpl final : public Engine {
     const int n_vocab = model_.config().n_vocab;
     const std::vector<int32_t> draft = std::move(r.draft);
     r.draft.clear();
+    RecurrentState* rs = kv_->recurrent();
+    const int begin = r.n_computed - 1;  // the pending token's position (commit() counted it)
     int accepted = 0;
     bool alive = true;
     for (int i = 0; i <= n_draft; ++i) {
@@ -486,9 +499,20 @@ class EngineImpl final : public Engine {
       }
       if (i == n_draft || t != draft[i]) break;
       ++accepted;
-      sched_->commit_accepted(&r, 1);
+      if (!rs) sched_->commit_accepted(&r, 1);
     }
-    if (alive) r.spec.verified(n_draft, accepted);
+    if (alive) {
+      r.spec.verified(n_draft, accepted);
+      if (rs && accepted == n_draft) {
+        sched_->commit_accepted(&r, accepted);  // the state folded in exactly the accepted tokens
+      } else if (rs) {
+        // The state folded in rejected tokens too: back to before the pass; the pending and accepted tokens
+        // are computed again (one token at a time, as here) with the next step.
+        rs->restore(r.slot, r.state_backup, r.state_backup_tokens);
+        sched_->rollback(&r, begin);
+        r.stepwise_until = (int)r.tokens.size();
+      }
+    }
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.spec.drafted += n_draft;
     stats_.spec.accepted += accepted;

@@ -360,6 +360,17 @@ void Scheduler::commit_accepted(SchedRequest* r, int n) {
   computed(r, n);
 }
 
+void Scheduler::rollback(SchedRequest* r, int n) {
+  SPOOL_CHECK(n >= 0 && n <= r->n_computed);
+  r->n_computed = n;
+}
+
+int Scheduler::draft_limit(const SchedRequest* r) const {
+  if (!snapshots_) return 1 << 30;
+  const int every = snapshots_->interval(), next = r->n_computed + 1;  // the pending token's pass ends at next
+  return next % every == 0 ? 0 : (next / every + 1) * every - next;
+}
+
 bool Scheduler::extend_with_draft(StepChunk& c, int n_draft) {
   SchedRequest* r = c.req;
   if (n_draft <= 0 || c.n_draft != 0 || r->slot < 0 || c.begin + c.n != (int)r->tokens.size()) return false;

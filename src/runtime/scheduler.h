@@ -101,6 +101,14 @@ class Scheduler {
   // After commit(): n more positions of r hold the K/V of its tokens (drafted
   // tokens that were accepted and are now among r's tokens).
   void commit_accepted(SchedRequest* r, int n);
+  // A hybrid model's verify pass whose drafts were not all accepted: r's
+  // recurrent state went back to position n (the caller restored it), so its
+  // tokens from n on are computed again (their K/V blocks are kept).
+  void rollback(SchedRequest* r, int n);
+  // Drafted tokens r may verify in its next decode step at most: hybrid models
+  // with state snapshots stop at the next snapshot position (a snapshot is
+  // taken where a step ends); otherwise no limit.
+  int draft_limit(const SchedRequest* r) const;
   // Requests that can never fit (error set); they are no longer queued.
   std::vector<SchedRequest*> take_failed();
 

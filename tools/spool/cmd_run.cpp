@@ -128,6 +128,9 @@ void run(const RunOptions& o) {
   grammar::GrammarCache grammars(tok);
   std::optional<grammar::GrammarState> constraint;
   if (auto masker = load_constraint(o, grammars)) constraint.emplace(masker);
+  // Every row is computed as it would be inside any batch (the serving engine's mode): the text does not
+  // depend on --spec, and equals `spool serve`'s for the same request.
+  set_matmul_batch_invariant(true);
   Session session(*model, n_ctx, model->n_batch());
   // --kv-disk: the prompt's leading blocks are read from the disk tier when an earlier run (or `spool serve` on
   // the same data dir) saved them; this run's blocks are saved for the next.
@@ -163,13 +166,12 @@ void run(const RunOptions& o) {
   // Speculative decoding (runtime/speculative.h): the sampled token goes into
   // the next pass with a draft after it; the rows are sampled in order and
   // drafted tokens kept while they equal what was sampled; the session then
-  // forgets the rejected positions. Rows are computed batch-invariantly, so the
-  // text is the same with or without drafts.
+  // forgets the rejected positions. Rows are computed batch-invariantly (set
+  // above), so the text is the same with or without drafts.
   if (so.mode != SpecMode::Off && !session.can_rewind()) {
     std::fprintf(stderr, "spool: speculative decoding: off (a model with a recurrent state cannot drop rejected drafts yet)\n");
     so.mode = SpecMode::Off;
   }
-  if (so.mode != SpecMode::Off) set_matmul_batch_invariant(true);
   SpecSequence spec(so);
   std::vector<std::shared_ptr<const DraftContext>> contexts;
   for (const std::string& f : o.spec_context)
