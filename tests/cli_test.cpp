@@ -158,4 +158,34 @@ TEST(Cli, SynthInspectBenchEndToEnd) {
   EXPECT_NE(r.out.find("tg2"), std::string::npos) << r.out;
 }
 
+// `spool run --spec`: the text is the same with drafts as without, on a dense
+// model (rejected positions forgotten) and on hybrid ones (the recurrent state
+// goes back to a checkpoint and the kept tokens are folded in again). Drafts
+// come from the plain run's text with every fourth word replaced, so some are
+// accepted and some rejected, which --stats-json must show.
+TEST(Cli, RunWithDraftsGivesTheSameText) {
+  const std::string prompt = "\"Once upon a time, there was a little girl named Lily. She loved\"";
+  for (const std::string model : {stories(), kShared + "/fixtures/kimi-linear-tiny",
+                                  kShared + "/fixtures/gguf/kimi-k3-tiny.f32.gguf"}) {
+    SCOPED_TRACE(model);
+    const std::string base = "run -m " + model + " -p " + prompt + " -n 80 --temp 0 ";
+    const Result plain = spool(base + "--spec off");
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    ASSERT_GT(plain.out.size(), 40u);
+    std::istringstream words(plain.out);
+    std::string w, edited;
+    for (int i = 1; words >> w; ++i) edited += (i % 4 == 0 ? std::string("zebra") : w) + " ";
+    const std::string ctx = temp_dir() + "/spec-context.txt", stats = temp_dir() + "/spec-stats.json";
+    std::ofstream(ctx) << edited;
+    const Result drafted = spool(base + "--spec on --spec-context " + ctx + " --stats-json " + stats);
+    ASSERT_EQ(drafted.status, 0) << drafted.err;
+    EXPECT_EQ(drafted.out, plain.out);
+    const auto j = nlohmann::json::parse(slurp(stats));
+    EXPECT_EQ(j["spec"]["mode"], "on");
+    EXPECT_GT(j["spec"]["accepted_tokens"].get<int>(), 0);
+    EXPECT_LT(j["spec"]["accepted_tokens"].get<int>(), j["spec"]["drafted_tokens"].get<int>());
+  }
+}
+
 }  // namespace
+

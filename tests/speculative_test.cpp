@@ -162,6 +162,15 @@ TEST(SpecGovernor, DraftsOnlyWhereTokensPerSecondRise) {
   StepCosts only_one;
   only_one.record(1, 0.01);
   EXPECT_GT(choose_drafts(SpecMode::Auto, only_one, 1, 1, likely, 100)[0], 0);
+  // ... but not when a larger pass (a prompt's) was measured and the sizes between interpolate as dear:
+  // streamed experts, read per row, are not probed at all.
+  only_one.record(14, 0.14);
+  EXPECT_EQ(choose_drafts(SpecMode::Auto, only_one, 1, 1, {{8, 1.0 / 3}}, 100)[0], 0);
+  // A sequence whose drafts were never scored offers no evidence: its first draft is scored for free.
+  SpecSequence fresh;
+  EXPECT_EQ(fresh.evidence(), 0.0);
+  fresh.verified(2, 1);
+  EXPECT_GT(fresh.evidence(), 0.0);
 }
 
 // Greedy output with drafts verified is the output without, token for token

@@ -450,7 +450,7 @@ class EngineImpl final : public Engine {
       std::vector<int32_t> d = r.spec.propose(r.tokens, k);
       if (d.empty()) continue;
       chunks.push_back(&c);
-      cands.push_back({(int)d.size(), r.spec.acceptance()});
+      cands.push_back({(int)d.size(), r.spec.evidence()});
       drafts.push_back(std::move(d));
     }
     const std::vector<int> k =
@@ -460,7 +460,7 @@ class EngineImpl final : public Engine {
     uint64_t declined = 0;
     for (size_t i = 0; i < chunks.size(); ++i) {
       Request& r = static_cast<Request&>(*chunks[i]->req);
-      acc += cands[i].acceptance;
+      acc += r.spec.acceptance();
       if (k[i] > 0 && sched_->extend_with_draft(*chunks[i], k[i])) {
         r.draft.assign(drafts[i].begin(), drafts[i].begin() + k[i]);
         ++drafting;

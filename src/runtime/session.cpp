@@ -21,6 +21,7 @@ void Session::reset() {
   n_past_ = 0;
   history_.clear();
   keys_.clear();
+  saved_past_ = -1;
 }
 
 void Session::rewind(int n_past) {
@@ -29,6 +30,24 @@ void Session::rewind(int n_past) {
   if (!can_rewind()) throw Error("rewind: a model with a recurrent state cannot go back");
   n_past_ = n_past;
   if (disk_) {  // saved blocks stay valid (their keys are their own tokens); later ones are saved anew
+    history_.resize(n_past_);
+    keys_.resize(std::min(keys_.size(), (size_t)(n_past_ / disk_->options().block_size)));
+  }
+}
+
+void Session::checkpoint() {
+  saved_past_ = n_past_;
+  if (RecurrentState* rs = kv_->recurrent()) {
+    rs->ensure(0);
+    rs->save(0, saved_state_);
+  }
+}
+
+void Session::restore_checkpoint() {
+  if (saved_past_ < 0 || saved_past_ > n_past_) throw Error("restore_checkpoint: no checkpoint at or before this position");
+  if (RecurrentState* rs = kv_->recurrent()) rs->restore(0, saved_state_, saved_past_);
+  n_past_ = saved_past_;
+  if (disk_) {
     history_.resize(n_past_);
     keys_.resize(std::min(keys_.size(), (size_t)(n_past_ / disk_->options().block_size)));
   }
@@ -86,7 +105,7 @@ void Session::save_to_disk() {
   }
 }
 
-const std::vector<float>& Session::feed(const std::vector<int32_t>& tokens, bool all_logits) {
+const std::vector<float>& Session::feed(const std::vector<int32_t>& tokens, bool all_logits, bool stepwise) {
   const int n_vocab = model_.config().n_vocab;
   if (tokens.empty()) throw Error("nothing to evaluate: empty token list");
   if (n_past_ + (int)tokens.size() > n_ctx_)
@@ -107,6 +126,7 @@ const std::vector<float>& Session::feed(const std::vector<int32_t>& tokens, bool
   for (size_t start = skip; start < tokens.size(); start += n_batch_) {
     const size_t end = std::min(tokens.size(), start + n_batch_);
     batch.clear();
+    if (stepwise) batch.stepwise_seqs.push_back(0);
     for (size_t i = start; i < end; ++i)
       batch.add(tokens[i], n_past_ + (int)(i - start), 0, all_logits || i + 1 == tokens.size());
     float* out = all_logits ? logits_.data() + start * n_vocab : logits_.data();

@@ -22,13 +22,21 @@ class Session {
 
   // Appends tokens at the next positions. If all_logits, returns logits for
   // every token ([n, n_vocab]); otherwise only for the last ([1, n_vocab]).
-  const std::vector<float>& feed(const std::vector<int32_t>& tokens, bool all_logits = false);
+  // stepwise: a hybrid model folds these tokens into its recurrent state one at
+  // a time, as single-token feeds do (Batch::stepwise_seqs), not in the delta
+  // rule's chunked form.
+  const std::vector<float>& feed(const std::vector<int32_t>& tokens, bool all_logits = false, bool stepwise = false);
   int n_past() const { return n_past_; }
   // Forgets positions [n_past, n_past()) (drafted tokens that were rejected);
   // their K/V is overwritten by the next feed(). Not for models with a
   // recurrent state, which cannot go back (throws spool::Error).
   void rewind(int n_past);
   bool can_rewind() const { return kv_->recurrent() == nullptr; }
+  // Models with a recurrent state go back only to a checkpoint: checkpoint()
+  // saves the state and position, restore_checkpoint() returns to them.
+  bool recurrent() const { return kv_->recurrent() != nullptr; }
+  void checkpoint();
+  void restore_checkpoint();
   int n_ctx() const { return n_ctx_; }
   void reset();
 
@@ -57,6 +65,8 @@ class Session {
   int disk_hit_tokens_ = 0;
   std::vector<float> logits_;
   std::vector<float> chunk_logits_;
+  std::vector<float> saved_state_;  // checkpoint(): the recurrent state
+  int saved_past_ = -1;
 };
 
 }  // namespace spool

@@ -69,6 +69,7 @@ DraftContext::DraftContext(std::vector<int32_t> tokens, int ngram_min, int ngram
 void AcceptanceEstimate::add(int accepted, bool rejected) {
   // Older evidence fades (weight halves over ~28 drafts), the prior with it.
   constexpr double kKeep = 0.975;
+  ++n_;
   acc_ = acc_ * kKeep + accepted;
   rej_ = rej_ * kKeep + (rejected ? 1 : 0);
   rej_ = std::max(rej_, 0.05);  // never certain: keeps rate() < 1
@@ -160,10 +161,7 @@ double StepCosts::estimate(int rows) const {
   }
   double est = 0;
   if (lo) est = lo->seconds * (1 + kOptimism * (rows - lo_rows));
-  if (lo && hi) {
-    const double interp = lo->seconds + (hi->seconds - lo->seconds) * (rows - lo_rows) / (double)(hi_rows - lo_rows);
-    est = std::min(est, interp);
-  }
+  if (lo && hi) est = lo->seconds + (hi->seconds - lo->seconds) * (rows - lo_rows) / (double)(hi_rows - lo_rows);
   if (!lo && hi) est = hi->seconds;
   return est;
 }

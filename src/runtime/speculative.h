@@ -87,9 +87,11 @@ class AcceptanceEstimate {
   // `accepted` draft tokens matched; `rejected`: one did not (false when the draft ran out first).
   void add(int accepted, bool rejected);
   double rate() const { return acc_ / (acc_ + rej_); }
+  bool scored() const { return n_ > 0; }  // any draft scored yet (until then the governor does not draft)
 
  private:
   double acc_ = 0.5, rej_ = 1.0;  // prior: 1/3
+  int n_ = 0;
 };
 
 // One sequence's drafting state.
@@ -106,6 +108,9 @@ class SpecSequence {
   // A verified draft of `drafted` tokens of which the first `accepted` matched.
   void verified(int drafted, int accepted);
   double acceptance() const { return est_.rate(); }
+  // What the governor goes by: the estimate once a draft of this sequence was
+  // scored (a shadow draft costs nothing), 0 before.
+  double evidence() const { return est_.scored() ? est_.rate() : 0.0; }
 
  private:
   SpecOptions opt_;
@@ -120,9 +125,9 @@ class SpecSequence {
 class StepCosts {
  public:
   void record(int rows, double seconds);
-  // Measured, or, when not measured recently: the lower of the interpolation
-  // between measured neighbours and an optimistic 5 % a row above the nearest
-  // smaller size; 0 when nothing is known.
+  // Measured, or, when not measured recently: the interpolation between the
+  // measured neighbours (a prefill pass gives a large one), or above the
+  // largest measured size an optimistic 5 % a row more; 0 when nothing is known.
   double estimate(int rows) const;
   bool measured(int rows) const;
 

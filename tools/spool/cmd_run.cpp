@@ -167,29 +167,33 @@ void run(const RunOptions& o) {
   // the next pass with a draft after it; the rows are sampled in order and
   // drafted tokens kept while they equal what was sampled; the session then
   // forgets the rejected positions. Rows are computed batch-invariantly (set
-  // above), so the text is the same with or without drafts.
-  if (so.mode != SpecMode::Off && !session.can_rewind()) {
-    std::fprintf(stderr, "spool: speculative decoding: off (a model with a recurrent state cannot drop rejected drafts yet)\n");
-    so.mode = SpecMode::Off;
-  }
+  // above), so the text is the same with or without drafts. A hybrid model's
+  // recurrent state cannot drop positions: it folds a drafted pass in one token
+  // at a time from a checkpoint, and after a rejection goes back to the
+  // checkpoint and computes the kept tokens again with the next pass.
+  const bool hybrid = session.recurrent();
   SpecSequence spec(so);
   std::vector<std::shared_ptr<const DraftContext>> contexts;
   for (const std::string& f : o.spec_context)
     contexts.push_back(std::make_shared<const DraftContext>(tok.encode(read_text_file(f), false, false)));
   spec.set_contexts(std::move(contexts));
   StepCosts costs;
+  // The prompt's pass, when it was one, is the governor's first large measured size.
+  if ((int)prompt.size() <= model->n_batch()) costs.record((int)prompt.size(), t_prompt);
   SpecStats spec_stats;
   spec_stats.mode = so.mode;
   spec_stats.max_draft = so.mode == SpecMode::Off ? 0 : so.max_draft;
   std::vector<int32_t> history = prompt;  // what drafts are looked up in
   std::vector<int32_t> draft;             // the drafted tokens in the last pass
-  int row = 0;                            // the logits row sampled next
+  std::vector<int32_t> step;              // the last pass's tokens: redone ones (hybrid), the sampled one, the draft
+  int base = 0;                           // the last pass's row of the sampled token (after the redone ones)
+  int row = 0;                            // the logits row sampled next, after base
   const int n_vocab = cfg.n_vocab;
   const double t1 = now_seconds();
   while (o.n_predict < 0 || (int)generated.size() < o.n_predict) {
     std::shared_ptr<const grammar::TokenMask> mask;
     if (constraint) mask = constraint->mask();
-    const int32_t next = sampler.sample(logits + (size_t)row * n_vocab, mask ? mask->data() : nullptr);
+    const int32_t next = sampler.sample(logits + (size_t)(base + row) * n_vocab, mask ? mask->data() : nullptr);
     if (next < 0) throw Error("the grammar allows no token of this vocabulary here");
     if (tok.is_eog(next)) break;
     if (constraint) constraint->accept(next);
@@ -208,8 +212,15 @@ void run(const RunOptions& o) {
       ++row;
       continue;
     }
+    std::vector<int32_t> redo;  // hybrid: tokens to fold in again after a rejection
     if (!draft.empty()) {  // the rest of the draft was rejected: forget its positions
-      session.rewind(session.n_past() - ((int)draft.size() - row));
+      const int rejected = (int)draft.size() - row;
+      if (hybrid && rejected > 0) {
+        session.restore_checkpoint();
+        redo.assign(step.begin(), step.begin() + base + 1 + row);
+      } else if (!hybrid) {
+        session.rewind(session.n_past() - rejected);
+      }
       spec.verified((int)draft.size(), row);
       spec_stats.drafted += draft.size();
       spec_stats.accepted += row;
@@ -217,21 +228,25 @@ void run(const RunOptions& o) {
     }
     draft.clear();
     row = 0;
-    if (session.n_past() >= n_ctx) break;
+    if (session.n_past() + (int)redo.size() >= n_ctx) break;
     if (so.mode != SpecMode::Off) {
       spec.observe(history);
       const int left = o.n_predict < 0 ? so.max_draft : o.n_predict - (int)generated.size() - 1;
       std::vector<int32_t> d =
-          spec.propose(history, std::min({so.max_draft, left, n_ctx - session.n_past() - 1}));
-      const int k = d.empty() ? 0 : choose_drafts(so.mode, costs, 1, 1, {{(int)d.size(), spec.acceptance()}}, so.max_draft)[0];
+          spec.propose(history, std::min({so.max_draft, left, n_ctx - session.n_past() - (int)redo.size() - 1}));
+      const int k = d.empty() ? 0 : choose_drafts(so.mode, costs, 1, 1, {{(int)d.size(), spec.evidence()}}, so.max_draft)[0];
       if (k > 0) draft.assign(d.begin(), d.begin() + k);
       else if (!d.empty()) spec.shadow(std::move(d), (int)history.size()), ++spec_stats.declined;
     }
-    std::vector<int32_t> step = {next};
+    step = redo;
+    base = (int)redo.size();
+    step.push_back(next);
     step.insert(step.end(), draft.begin(), draft.end());
+    const bool stepwise = hybrid && (!draft.empty() || !redo.empty());
+    if (hybrid && !draft.empty()) session.checkpoint();
     stats.begin_step();
     const double ts = now_seconds();
-    logits = session.feed(step, !draft.empty()).data();
+    logits = session.feed(step, !draft.empty() || !redo.empty(), stepwise).data();
     costs.record((int)step.size(), now_seconds() - ts);
     stats.end_step("decode", (int)step.size());
   }
