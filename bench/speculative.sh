@@ -17,7 +17,9 @@
 #             under devsim 1 GiB + --read-bw 1G, cold, 16 tokens: off / auto / on, drafts as for random.
 #   pipeline  planner -> 4 executors copying the plan -> summarizer on stories260K (spool agents run): wall
 #             time and outputs with --spec off vs auto.
-# Environment: THREADS (2), REPS (5), DIR (/tmp/spool-bench), KIMI, LLAMA_BENCH, DEVSIM (../shared/tools/devsim).
+# Environment: THREADS (2), REPS (5), DIR (/tmp/spool-bench), KIMI, LLAMA_BENCH, DEVSIM (../shared/tools/devsim),
+# STORIES (the trained model of the stories and pipeline parts; default stories260K; e.g. stories260K widened 32x
+# by bench/peer/tile_llama.py and quantized to Q8_0, the same function at a memory-bound size).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 spool="$(realpath "${1:-$here/../build/spool}")"
@@ -26,7 +28,8 @@ threads="${THREADS:-2}"
 reps="${REPS:-5}"
 dir="${DIR:-/tmp/spool-bench}"
 parts="${PARTS:-verify stories random pipeline}"
-stories="$shared/models/stories260K.gguf"
+stories="${STORIES:-$shared/models/stories260K.gguf}"
+sname="$(basename "$stories")"
 mkdir -p "$dir"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -103,7 +106,7 @@ prompts=(
 )
 
 if [[ " $parts " == *" stories "* ]]; then
-  echo "## stories260K, greedy, ${#prompts[@]} prompts x 400 tokens, n-gram drafts (--spec-max 8), median of $reps"
+  echo "## $sname, greedy, ${#prompts[@]} prompts x 400 tokens, n-gram drafts (--spec-max 8), median of $reps"
   echo
   for mode in off auto on bound; do : >"$tmp/tps.$mode"; done
   for r in $(seq "$reps"); do
@@ -199,7 +202,7 @@ if [[ " $parts " == *" pipeline "* ]]; then
   "stages": ["planner", {"parallel": ["one", "two", "three", "four"]}, "summarizer"]
 }
 EOF
-  echo "## Agent pipeline: planner -> 4 executors copying the plan -> summarizer (stories260K, temperature 0, 160 tokens a step)"
+  echo "## Agent pipeline: planner -> 4 executors copying the plan -> summarizer ($sname, temperature 0, 160 tokens a step)"
   echo
   : >"$tmp/p.off"; : >"$tmp/p.auto"
   for r in $(seq "$reps"); do
