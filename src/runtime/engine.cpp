@@ -455,7 +455,7 @@ class EngineImpl final : public Engine {
     }
     const std::vector<int> k =
         choose_drafts(opt_.spec.mode, costs_, rows, tokens, cands, opt_.max_batch_tokens - rows);
-    int drafting = 0;
+    int drafting = 0, extra = 0;
     double acc = 0;
     uint64_t declined = 0;
     for (size_t i = 0; i < chunks.size(); ++i) {
@@ -464,6 +464,7 @@ class EngineImpl final : public Engine {
       if (k[i] > 0 && sched_->extend_with_draft(*chunks[i], k[i])) {
         r.draft.assign(drafts[i].begin(), drafts[i].begin() + k[i]);
         ++drafting;
+        extra += k[i];
       } else {
         r.spec.shadow(std::move(drafts[i]), (int)r.tokens.size());
         ++declined;
@@ -474,8 +475,6 @@ class EngineImpl final : public Engine {
     st.declined += declined;
     st.drafting = drafting;
     if (!chunks.empty()) st.acceptance = acc / chunks.size();
-    int extra = 0;
-    for (size_t i = 0; i < chunks.size(); ++i) extra += chunks[i]->n_draft;
     if (extra > 0 && costs_.estimate(rows) > 0) st.verify_cost = costs_.estimate(rows + extra) / costs_.estimate(rows);
   }
 
