@@ -187,5 +187,24 @@ TEST(Cli, RunWithDraftsGivesTheSameText) {
   }
 }
 
+// -md: a draft model (here the model itself: every draft accepted) leaves the
+// text unchanged; one of another vocabulary is refused by name.
+TEST(Cli, RunWithADraftModel) {
+  const std::string base = "run -m " + stories() + " -p \"Once upon a time, there was\" -n 80 --temp 0 ";
+  const Result plain = spool(base + "--spec off");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const std::string stats = temp_dir() + "/md-stats.json";
+  const Result drafted = spool(base + "--spec on -md " + stories() + " --stats-json " + stats);
+  ASSERT_EQ(drafted.status, 0) << drafted.err;
+  EXPECT_EQ(drafted.out, plain.out);
+  const auto j = nlohmann::json::parse(slurp(stats));
+  EXPECT_TRUE(j["spec"]["draft_model"].get<bool>());
+  EXPECT_GT(j["spec"]["model_drafted_tokens"].get<int>(), 40);
+  EXPECT_EQ(j["spec"]["model_accepted_tokens"], j["spec"]["model_drafted_tokens"]);
+  const Result refused = spool(base + "--model-draft " + kShared + "/fixtures/gguf/qwen2-tiny.q8_0.gguf");
+  EXPECT_EQ(refused.status, 1);
+  EXPECT_NE(refused.err.find("vocabulary"), std::string::npos) << refused.err;
+}
+
 }  // namespace
 

@@ -1,5 +1,5 @@
 // Speculative decoding (runtime/speculative.*, the engine's verify step):
-// n-gram drafts, the governor's choices, and the engine's output with drafts
+// n-gram drafts, draft models (-md), the governor's choices, and the engine's output with drafts
 // verified: greedy and seeded outputs bit-identical to decoding without
 // drafts (dense, MLA and MoE models, concurrency, preemption), and unseeded
 // sampled output distributed as the target's (a two-sample chi-square test).
@@ -13,8 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
+#include "runtime/draft_model.h"
 #include "runtime/engine.h"
+#include "runtime/session.h"
 #include "runtime/speculative.h"
 #include "test_util.h"
 
@@ -358,4 +362,139 @@ TEST(SpeculativeEngine, HybridModelsRollTheirStateBack) {
     EXPECT_LT(s.spec.accepted, s.spec.drafted);  // rejections happened: the rollback is exercised
     EXPECT_EQ(s.kv_blocks_used, 0);
   }
+}
+
+// The draft model's drafts are its greedy continuation, however the sequence
+// moved since its last draft (accepted tokens, a rejected tail, another
+// sequence taking its only slot).
+TEST(DraftModel, DraftsAreTheGreedyContinuation) {
+  set_matmul_batch_invariant(true);
+  auto model = load_model(kShared + "/models/stories260K.gguf", LoadOptions{2});
+  auto greedy_next = [&](const std::vector<int32_t>& tokens, int n) {
+    Session s(*model, 128);
+    std::vector<int32_t> seq = tokens, out;
+    const std::vector<float>* l = &s.feed(seq);
+    for (int i = 0; i < n; ++i) {
+      const float* row = l->data();
+      int32_t best = 0;
+      for (int32_t t = 1; t < model->config().n_vocab; ++t)
+        if (row[t] > row[best]) best = t;
+      out.push_back(best);
+      l = &s.feed({best});
+    }
+    return out;
+  };
+  auto draft = load_model(kShared + "/models/stories260K.gguf", LoadOptions{2});
+  DraftModel dm(*draft, model->config().n_vocab, 128, 1);  // one slot: two sequences evict each other
+  const std::vector<std::vector<int32_t>> prompts = prompts_for(*model);
+  std::vector<int32_t> a = prompts[0], b = prompts[1];
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    std::vector<DraftJob> jobs{{1, &a, 6, {}}};
+    dm.propose(jobs);
+    EXPECT_EQ(test::join(jobs[0].draft), test::join(greedy_next(a, 6)));
+    // The sequence goes on with one drafted token and then two of its own: the draft model keeps the common
+    // prefix and computes the rest (its K/V of the second drafted token is stale).
+    a.push_back(jobs[0].draft[0]);
+    a.push_back((jobs[0].draft[1] + 3) % model->config().n_vocab);
+    a.push_back((jobs[0].draft[2] + 5) % model->config().n_vocab);
+    if (round % 2 == 1) {  // another sequence takes the only slot
+      std::vector<DraftJob> other{{2, &b, 3, {}}};
+      dm.propose(other);
+      EXPECT_EQ(test::join(other[0].draft), test::join(greedy_next(b, 3)));
+    }
+  }
+  // Two sequences at once, and a draft cut by the context.
+  std::vector<int32_t> full(126, 7);
+  std::vector<DraftJob> two{{3, &a, 4, {}}, {4, &full, 8, {}}};
+  DraftModel dm2(*draft, model->config().n_vocab, 128, 2);
+  dm2.propose(two);
+  EXPECT_EQ(test::join(two[0].draft), test::join(greedy_next(a, 4)));
+  EXPECT_EQ(two[1].draft.size(), 3u);  // positions 126 and 127 are left: rows for d0, d1 and d2 at most
+  EXPECT_GT(dm2.passes(), 0u);
+}
+
+// A draft model drafts in the engine: with the model itself as its draft every
+// draft token is accepted; with another model of the vocabulary (the Q8_0 copy
+// of an F32 model) some are rejected; the output is decoding's without drafts.
+TEST(DraftModel, EngineOutputIdenticalAndSelfDraftAlwaysAccepted) {
+  struct Pair {
+    const char* target;
+    const char* draft;
+    bool self;
+  };
+  for (const Pair& p : {Pair{"/models/stories260K.gguf", "/models/stories260K.gguf", true},
+                        Pair{"/fixtures/gguf/llama-tiny.f32.gguf", "/fixtures/gguf/llama-tiny.q8_0.gguf", false},
+                        Pair{"/fixtures/gguf/deepseek3-tiny.f32.gguf", "/fixtures/gguf/deepseek3-tiny.q8_0.gguf", false}}) {
+    SCOPED_TRACE(p.target);
+    auto model = load_model(kShared + p.target, LoadOptions{2});
+    LoadOptions dl{2};
+    dl.pool = model->shared_pool();
+    auto draft = load_model(kShared + p.draft, dl);
+    std::vector<RequestParams> reqs;
+    for (const auto& pr : prompts_for(*model)) reqs.push_back(greedy(pr, 40));
+    auto off = make_engine(*model, options(SpecMode::Off));
+    const std::vector<Out> ref = run_together(*off, reqs);
+    for (SpecMode mode : {SpecMode::On, SpecMode::Auto}) {
+      SCOPED_TRACE(spec_mode_name(mode));
+      EngineOptions o = options(mode);
+      o.draft_model = draft.get();
+      o.max_running = 3;  // fewer than the requests: the draft model's slots are reused
+      auto e = make_engine(*model, o);
+      const std::vector<Out> alone = run_alone(*e, reqs), together = run_together(*e, reqs);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        EXPECT_EQ(test::join(alone[i].tokens), test::join(ref[i].tokens)) << "request " << i;
+        EXPECT_EQ(together[i].logprobs, ref[i].logprobs) << "request " << i;
+      }
+      const EngineStats s = e->stats();
+      EXPECT_TRUE(s.spec.draft_model);
+      EXPECT_EQ(s.kv_blocks_used, 0);
+      if (mode == SpecMode::On) {
+        EXPECT_GT(s.spec.model_drafted, 100u);
+        if (p.self) EXPECT_EQ(s.spec.model_accepted, s.spec.model_drafted);
+        else EXPECT_GT(s.spec.model_accepted, 0u);
+        EXPECT_GT(s.spec.draft_seconds, 0.0);
+      }
+    }
+  }
+}
+
+// A hybrid target (its recurrent state rolled back on rejection) with an
+// attention-only draft of its vocabulary; a hybrid draft model is refused, as
+// is a draft of another vocabulary, by name.
+TEST(DraftModel, HybridTargetAndRefusals) {
+  auto target = load_model(kShared + "/fixtures/qwen3next-tiny", LoadOptions{2});
+  auto qwen3 = load_model(kShared + "/fixtures/gguf/qwen3-tiny.q8_0.gguf", LoadOptions{2});
+  auto stories = load_model(kShared + "/models/stories260K.gguf", LoadOptions{2});
+  try {
+    check_draft_model(*stories, *target);
+    ADD_FAILURE() << "a hybrid draft model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("recurrent state"), std::string::npos) << e.what();
+  }
+  try {
+    check_draft_model(*target, *stories);
+    ADD_FAILURE() << "a draft of another vocabulary was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocabulary"), std::string::npos) << e.what();
+  }
+  EngineOptions bad = options(SpecMode::On);
+  bad.draft_model = stories.get();
+  EXPECT_THROW(make_engine(*target, bad), Error);
+
+  check_draft_model(*target, *qwen3);  // the tiny Qwen fixtures share their tokenizer
+  std::vector<RequestParams> reqs;
+  for (const auto& pr : prompts_for(*target)) reqs.push_back(greedy(pr, 32));
+  EngineOptions o = options(SpecMode::Off);
+  o.max_batch_tokens = 128;
+  auto off = make_engine(*target, o);
+  const std::vector<Out> ref = run_together(*off, reqs);
+  o.spec.mode = SpecMode::On;
+  o.draft_model = qwen3.get();
+  auto on = make_engine(*target, o);
+  const std::vector<Out> out = run_together(*on, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(out[i].logprobs, ref[i].logprobs) << "request " << i;
+  const EngineStats s = on->stats();
+  EXPECT_GT(s.spec.model_drafted, 0u);
+  EXPECT_LT(s.spec.model_accepted, s.spec.model_drafted);  // random models disagree: rollbacks exercised
 }

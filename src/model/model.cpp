@@ -130,7 +130,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     throw Error(std::string("KV cache type must be f32 or f16, not ") + dtype_name(options.kv_type));
   parts.tokenizer = load_tokenizer(parts.file);
   int n_threads = options.n_threads > 0 ? options.n_threads : (int)std::thread::hardware_concurrency();
-  parts.pool = std::make_shared<ThreadPool>(std::max(1, n_threads));
+  parts.pool = options.pool ? options.pool : std::make_shared<ThreadPool>(std::max(1, n_threads));
   // --convert: matmul weights become in-memory tensors of the new type (both stores keep those resident).
   if (options.convert) convert_matmul_weights(parts.file.manifest, *options.convert, parts.pool.get());
   // Auto: resident when the whole file (plus a rough KV/scratch allowance)

@@ -54,6 +54,9 @@ struct LoadOptions {
   // KV cache element type: F32, or F16 (half the memory and attention reads;
   // MLA's latent cache stays F32).
   DType kv_type = DType::F32;
+  // The threads to compute with; null: a pool of n_threads of its own. A
+  // draft model shares its target's, so the two never spin against each other.
+  std::shared_ptr<ThreadPool> pool = nullptr;
 };
 
 // Bytes of KV cache and activation scratch a model reserves at n_ctx
@@ -85,6 +88,7 @@ class Model {
   const gguf::File& file() const { return parts_.file; }
   WeightStore& weights() { return *parts_.weights; }
   ThreadPool& pool() { return *parts_.pool; }
+  std::shared_ptr<ThreadPool> shared_pool() const { return parts_.pool; }
   KvShape kv_shape() const;
   // Tokens per prefill pass the memory budget was planned for: LoadOptions::n_batch, or when that is 0,
   // 512 resident and, streaming, the most (up to 512 and n_ctx) whose scratch takes 1/16 of the budget.

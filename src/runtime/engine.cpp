@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "kernels/matmul.h"
+#include "runtime/draft_model.h"
 #include "runtime/kv_paged.h"
 #include "runtime/scheduler.h"
 #include "text/text_stream.h"
@@ -56,6 +57,7 @@ struct Request : SchedRequest {
   Clock::time_point submitted, last_token;
   SpecSequence spec;            // its drafts and acceptance (speculative decoding)
   std::vector<int32_t> draft;   // drafted tokens verified in this step
+  DraftSource draft_src = DraftSource::Ngram;
   // Hybrid models: the recurrent state before this step's verify pass, and
   // where recomputation after a rejected draft ends (its rows fold in one
   // token at a time, as the verify pass did).
@@ -152,6 +154,11 @@ class EngineImpl final : public Engine {
     spec_on_ = opt_.spec.mode != SpecMode::Off && opt_.spec.max_draft > 0;
     stats_.spec.mode = spec_on_ ? opt_.spec.mode : SpecMode::Off;
     stats_.spec.max_draft = spec_on_ ? opt_.spec.max_draft : 0;
+    if (spec_on_ && opt_.draft_model) {
+      check_draft_model(model_, *opt_.draft_model);
+      drafter_ = std::make_unique<DraftModel>(*opt_.draft_model, model_.config().n_vocab, opt_.n_ctx, opt_.max_running);
+      stats_.spec.draft_model = true;
+    }
     stats_.kv_blocks_total = kv_->n_blocks();
     stats_.kv_bytes = kv_->bytes_allocated();
     thread_ = std::thread([this] { loop(); });
@@ -265,6 +272,7 @@ class EngineImpl final : public Engine {
 
   void finish(Request& r, FinishReason reason, RequestEvent ev, const std::string& error = "") {
     sched_->remove(&r);
+    if (drafter_) drafter_->release(r.id);
     ev.id = r.id;
     if (reason != FinishReason::Error && reason != FinishReason::Cancelled) ev.text += r.stream.flush();
     ev.finished = true;
@@ -429,12 +437,18 @@ class EngineImpl final : public Engine {
     publish_stats();
   }
 
-  // Speculative decoding: offers each decode chunk's request an n-gram draft
-  // and lets the governor choose how many of its tokens to verify (extending
-  // the chunk by that many rows); drafts not verified are scored for free.
+  // Speculative decoding: offers each decode chunk's request a draft (n-gram
+  // lookup, or the draft model where it is likelier to be accepted) and lets
+  // the governor choose how many of its tokens to verify (extending the chunk
+  // by that many rows); n-gram drafts not verified are scored for free. The
+  // draft model then drafts the tokens chosen, for all its sequences at once.
   void add_drafts(std::vector<StepChunk>& plan) {
-    std::vector<StepChunk*> chunks;
-    std::vector<std::vector<int32_t>> drafts;
+    struct Offer {
+      StepChunk* chunk;
+      std::vector<int32_t> draft;  // n-gram drafts; the draft model's come after the choice
+      DraftSource src;
+    };
+    std::vector<Offer> offers;
     std::vector<SpecCandidate> cands;
     int rows = 0, tokens = 0;
     for (StepChunk& c : plan) {
@@ -447,26 +461,51 @@ class EngineImpl final : public Engine {
       // No token past max_tokens or the context is drafted (the last one sampled needs no draft row).
       const int k = std::min({opt_.spec.max_draft, r.params.max_tokens - r.completion_tokens - 1,
                               opt_.n_ctx - (int)r.tokens.size() - 1, sched_->draft_limit(&r)});
+      if (k <= 0) continue;
       std::vector<int32_t> d = r.spec.propose(r.tokens, k);
+      if (drafter_ && (d.empty() || r.spec.evidence(DraftSource::Ngram) < r.spec.evidence(DraftSource::Model))) {
+        if (!d.empty()) r.spec.shadow(std::move(d), (int)r.tokens.size());  // still scored, for free
+        offers.push_back({&c, {}, DraftSource::Model});
+        cands.push_back({k, r.spec.evidence(DraftSource::Model), true});
+        continue;
+      }
       if (d.empty()) continue;
-      chunks.push_back(&c);
-      cands.push_back({(int)d.size(), r.spec.evidence()});
-      drafts.push_back(std::move(d));
+      cands.push_back({(int)d.size(), r.spec.evidence(DraftSource::Ngram), false});
+      offers.push_back({&c, std::move(d), DraftSource::Ngram});
     }
-    const std::vector<int> k =
-        choose_drafts(opt_.spec.mode, costs_, rows, tokens, cands, opt_.max_batch_tokens - rows);
+    const std::vector<int> k = choose_drafts(opt_.spec.mode, costs_, rows, tokens, cands,
+                                             opt_.max_batch_tokens - rows, drafter_ ? &drafter_->costs() : nullptr);
+    double draft_seconds = 0;
+    if (drafter_) {
+      std::vector<DraftJob> jobs;
+      std::vector<size_t> of;
+      for (size_t i = 0; i < offers.size(); ++i)
+        if (offers[i].src == DraftSource::Model && k[i] > 0) {
+          jobs.push_back({offers[i].chunk->req->id, &offers[i].chunk->req->tokens, k[i], {}});
+          of.push_back(i);
+        }
+      if (!jobs.empty()) {
+        const Clock::time_point t0 = Clock::now();
+        drafter_->propose(jobs);
+        draft_seconds = seconds_between(t0, Clock::now());
+        for (size_t j = 0; j < jobs.size(); ++j) offers[of[j]].draft = std::move(jobs[j].draft);
+      }
+    }
     int drafting = 0, extra = 0;
     double acc = 0;
     uint64_t declined = 0;
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      Request& r = static_cast<Request&>(*chunks[i]->req);
-      acc += r.spec.acceptance();
-      if (k[i] > 0 && sched_->extend_with_draft(*chunks[i], k[i])) {
-        r.draft.assign(drafts[i].begin(), drafts[i].begin() + k[i]);
+    for (size_t i = 0; i < offers.size(); ++i) {
+      Request& r = static_cast<Request&>(*offers[i].chunk->req);
+      std::vector<int32_t>& d = offers[i].draft;
+      acc += cands[i].acceptance;
+      const int n = std::min<int>(k[i], (int)d.size());
+      if (n > 0 && sched_->extend_with_draft(*offers[i].chunk, n)) {
+        r.draft.assign(d.begin(), d.begin() + n);
+        r.draft_src = offers[i].src;
         ++drafting;
-        extra += k[i];
+        extra += n;
       } else {
-        r.spec.shadow(std::move(drafts[i]), (int)r.tokens.size());
+        if (offers[i].src == DraftSource::Ngram) r.spec.shadow(std::move(d), (int)r.tokens.size());
         ++declined;
       }
     }
@@ -474,7 +513,8 @@ class EngineImpl final : public Engine {
     SpecStats& st = stats_.spec;
     st.declined += declined;
     st.drafting = drafting;
-    if (!chunks.empty()) st.acceptance = acc / chunks.size();
+    st.draft_seconds += draft_seconds;
+    if (!offers.empty()) st.acceptance = acc / offers.size();
     if (extra > 0 && costs_.estimate(rows) > 0) st.verify_cost = costs_.estimate(rows + extra) / costs_.estimate(rows);
   }
 
@@ -485,6 +525,7 @@ class EngineImpl final : public Engine {
   void verify(Request& r, int n_draft, const float* logits, Clock::time_point now) {
     const int n_vocab = model_.config().n_vocab;
     const std::vector<int32_t> draft = std::move(r.draft);
+    const DraftSource src = r.draft_src;  // r may be gone after advance()
     r.draft.clear();
     RecurrentState* rs = kv_->recurrent();
     const int begin = r.n_computed - 1;  // the pending token's position (commit() counted it)
@@ -501,7 +542,7 @@ class EngineImpl final : public Engine {
       if (!rs) sched_->commit_accepted(&r, 1);
     }
     if (alive) {
-      r.spec.verified(n_draft, accepted);
+      r.spec.verified(n_draft, accepted, src);
       if (rs && accepted == n_draft) {
         sched_->commit_accepted(&r, accepted);  // the state folded in exactly the accepted tokens
       } else if (rs) {
@@ -515,6 +556,10 @@ class EngineImpl final : public Engine {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.spec.drafted += n_draft;
     stats_.spec.accepted += accepted;
+    if (src == DraftSource::Model) {
+      stats_.spec.model_drafted += n_draft;
+      stats_.spec.model_accepted += accepted;
+    }
     ++stats_.spec.verify_steps;
   }
 
@@ -617,6 +662,7 @@ class EngineImpl final : public Engine {
   std::map<RequestId, int> parked_;  // request -> streamed unit whose stalled read it waits for
   bool spec_on_ = false;             // speculative decoding in effect
   StepCosts costs_;                  // forward seconds by batch rows (the governor's cost model)
+  std::unique_ptr<DraftModel> drafter_;  // the draft model's state (EngineOptions::draft_model)
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;

@@ -102,9 +102,13 @@ struct EngineOptions {
   std::string kv_disk_dir;
   uint64_t kv_disk_bytes = 0;
   // Speculative decoding (runtime/speculative.h): n-gram drafts verified in
-  // the decode step, with the governor deciding per step (Auto). Models with
-  // a recurrent state (hybrid) decode without drafts for now.
+  // the decode step, with the governor deciding per step (Auto).
   SpecOptions spec;
+  // A draft model (runtime/draft_model.h): a smaller attention-only model of
+  // the same vocabulary (check_draft_model) drafting besides n-gram lookup.
+  // Not owned: it must outlive the engine and be used by nothing else while
+  // the engine runs (the engine thread computes with it). Null: n-gram only.
+  Model* draft_model = nullptr;
 };
 
 struct EngineStats {

@@ -123,9 +123,9 @@ void SpecSequence::observe(const std::vector<int32_t>& tokens) {
   shadow_.clear();
 }
 
-void SpecSequence::verified(int drafted, int accepted) {
+void SpecSequence::verified(int drafted, int accepted, DraftSource src) {
   if (drafted <= 0) return;
-  est_.add(accepted, accepted < drafted);
+  (src == DraftSource::Model ? model_est_ : est_).add(accepted, accepted < drafted);
 }
 
 namespace {
@@ -167,7 +167,7 @@ double StepCosts::estimate(int rows) const {
 }
 
 std::vector<int> choose_drafts(SpecMode mode, const StepCosts& costs, int base_rows, int base_tokens,
-                               const std::vector<SpecCandidate>& candidates, int room) {
+                               const std::vector<SpecCandidate>& candidates, int room, const StepCosts* draft_costs) {
   std::vector<int> k(candidates.size(), 0);
   if (mode == SpecMode::Off || room <= 0) return k;
   if (mode == SpecMode::On) {
@@ -181,6 +181,10 @@ std::vector<int> choose_drafts(SpecMode mode, const StepCosts& costs, int base_r
   if (!(t > 0)) return k;  // nothing measured yet: decode plainly first
   double tokens = std::max(1, base_tokens);
   int rows = base_rows;
+  // The draft model's passes: rows of pass j (the j+1-th draft token of each sequence) and their time.
+  std::vector<int> pass_rows;
+  double t_draft = 0;
+  auto pass_cost = [&](int n) { return n > 0 && draft_costs ? draft_costs->estimate(n) : 0.0; };
   std::vector<double> next(candidates.size());  // P(the next draft token of i is accepted and yields a token)
   for (size_t i = 0; i < candidates.size(); ++i) next[i] = candidates[i].acceptance;
   while (room > 0) {
@@ -189,10 +193,19 @@ std::vector<int> choose_drafts(SpecMode mode, const StepCosts& costs, int base_r
       if (k[i] < candidates[i].available && (best < 0 || next[i] > next[best])) best = (int)i;
     if (best < 0) break;
     const double t2 = costs.estimate(rows + 1);
+    double t_draft2 = t_draft;
+    const int j = k[best];
+    if (candidates[best].model) {
+      if ((int)pass_rows.size() <= j) pass_rows.resize(j + 1, 0);
+      const int add = j == 0 ? 2 : 1;  // the first pass also computes the tokens since the last draft
+      t_draft2 += pass_cost(pass_rows[j] + add) - pass_cost(pass_rows[j]);
+    }
     // Expected tokens per second must rise (t2 > 0: an estimate exists for every size above a measured one).
-    if (!(t2 > 0) || (tokens + next[best]) / t2 <= tokens / t) break;
+    if (!(t2 > 0) || (tokens + next[best]) / (t2 + t_draft2) <= tokens / (t + t_draft)) break;
+    if (candidates[best].model) pass_rows[j] += j == 0 ? 2 : 1;
     tokens += next[best];
     t = t2;
+    t_draft = t_draft2;
     ++rows;
     --room;
     ++k[best];

@@ -94,6 +94,10 @@ class AcceptanceEstimate {
   int n_ = 0;
 };
 
+// Where a draft came from: n-gram lookup (free) or a draft model (a pass of
+// the draft model per drafted token; runtime/draft_model.h).
+enum class DraftSource { Ngram, Model };
+
 // One sequence's drafting state.
 class SpecSequence {
  public:
@@ -106,17 +110,23 @@ class SpecSequence {
   // Scores the pending shadow draft against the sequence's tokens now.
   void observe(const std::vector<int32_t>& tokens);
   // A verified draft of `drafted` tokens of which the first `accepted` matched.
-  void verified(int drafted, int accepted);
+  void verified(int drafted, int accepted, DraftSource src = DraftSource::Ngram);
   double acceptance() const { return est_.rate(); }
-  // What the governor goes by: the estimate once a draft of this sequence was
-  // scored (a shadow draft costs nothing), 0 before.
-  double evidence() const { return est_.scored() ? est_.rate() : 0.0; }
+  double model_acceptance() const { return model_est_.rate(); }
+  // What the governor goes by: for n-gram drafts the estimate once a draft of
+  // this sequence was scored (a shadow draft costs nothing), 0 before; for a
+  // draft model its estimate, the prior until its drafts were verified.
+  double evidence(DraftSource src = DraftSource::Ngram) const {
+    if (src == DraftSource::Model) return model_est_.rate();
+    return est_.scored() ? est_.rate() : 0.0;
+  }
 
  private:
   SpecOptions opt_;
   NgramIndex own_;
   std::vector<std::shared_ptr<const DraftContext>> contexts_;
-  AcceptanceEstimate est_;
+  AcceptanceEstimate est_;        // n-gram drafts
+  AcceptanceEstimate model_est_;  // the draft model's
   std::vector<int32_t> shadow_;
   int shadow_start_ = -1;
 };
@@ -145,18 +155,28 @@ class StepCosts {
 struct SpecCandidate {
   int available = 0;       // drafted tokens on offer
   double acceptance = 0;   // its acceptance estimate
+  bool model = false;      // drafted by the draft model (each token costs a draft pass) rather than looked up
 };
 
 // How many draft tokens each candidate verifies this step. base_rows: the
 // pass's rows without drafts; base_tokens: tokens the pass yields without
 // drafts (one per sequence sampled); room: extra rows the step may take.
+// draft_costs: the draft model's passes by rows; a model candidate's j-th
+// token adds a row to the draft model's j-th pass (the first pass also
+// brings the sequence up to date: counted as two rows), which the step's time
+// includes. The model drafts after this choice, only the tokens chosen.
 std::vector<int> choose_drafts(SpecMode mode, const StepCosts& costs, int base_rows, int base_tokens,
-                               const std::vector<SpecCandidate>& candidates, int room);
+                               const std::vector<SpecCandidate>& candidates, int room,
+                               const StepCosts* draft_costs = nullptr);
 
 // Counters for /metrics, /v1/stats and --stats-json.
 struct SpecStats {
   SpecMode mode = SpecMode::Off;
   int max_draft = 0;
+  bool draft_model = false;    // a draft model (-md) drafts besides n-gram lookup
+  uint64_t model_drafted = 0;  // of the verified draft tokens, those the draft model made
+  uint64_t model_accepted = 0; // of those, accepted
+  double draft_seconds = 0;    // time in the draft model's passes
   uint64_t drafted = 0;        // draft tokens verified
   uint64_t accepted = 0;       // of those, accepted
   uint64_t verify_steps = 0;   // sequence-steps that verified a draft

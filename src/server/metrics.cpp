@@ -298,6 +298,14 @@ std::string render_metrics(const std::vector<ModelFigures>& models, const std::m
   f.add("spool_spec_verify_cost_ratio", "gauge",
         "Measured cost of the last step with drafts over the same step without them (0: none yet).",
         [](M m) { return m.stats.spec.verify_cost; });
+  f.add("spool_spec_draft_model", "gauge", "1 when a draft model (-md) drafts besides n-gram lookup.",
+        [](M m) { return m.stats.spec.draft_model ? 1.0 : 0.0; });
+  f.add("spool_spec_model_drafted_tokens_total", "counter", "Of the drafted tokens verified, those the draft model made.",
+        [](M m) { return (double)m.stats.spec.model_drafted; });
+  f.add("spool_spec_model_accepted_tokens_total", "counter", "Of the draft model's verified tokens, those accepted.",
+        [](M m) { return (double)m.stats.spec.model_accepted; });
+  f.add("spool_spec_draft_seconds_total", "counter", "Seconds spent in the draft model's passes.",
+        [](M m) { return m.stats.spec.draft_seconds; });
   out += "# HELP spool_http_responses_total HTTP responses by status code.\n"
          "# TYPE spool_http_responses_total counter\n";
   for (const auto& [status, n] : http_by_status)

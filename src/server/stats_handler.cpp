@@ -35,7 +35,11 @@ json spec_stats_json(const SpecStats& s) {
           {"declined_steps", s.declined},
           {"drafting_sequences", s.drafting},
           {"acceptance_estimate", s.acceptance},
-          {"verify_cost_ratio", s.verify_cost}};
+          {"verify_cost_ratio", s.verify_cost},
+          {"draft_model", s.draft_model},
+          {"model_drafted_tokens", s.model_drafted},
+          {"model_accepted_tokens", s.model_accepted},
+          {"draft_seconds", s.draft_seconds}};
 }
 
 namespace {

@@ -2,6 +2,7 @@
 #include "cli_common.h"
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "dist/comm.h"
 #include "dist/expert_dist.h"
+#include "runtime/draft_model.h"
 #include "weights/convert.h"
 
 namespace spool::cli {
@@ -46,6 +48,62 @@ void add_spec_flags(CLI::App* cmd, SpecFlags& f) {
       ->capture_default_str();
   cmd->add_option("--spec-max", f.max_draft, "Drafted tokens per sequence and step at most (1-64)")
       ->capture_default_str();
+  cmd->add_option("--model-draft", f.draft_model,
+                  "(also -md) A draft model: a smaller attention-only model with the same tokenizer that drafts "
+                  "tokens for the model to verify, besides n-gram lookup (held resident on the model's threads; its "
+                  "memory comes out of --mem-budget)");
+}
+
+std::unique_ptr<Model> open_draft_model(const SpecFlags& s, int n_threads, int n_ctx, int n_batch, int n_seq,
+                                        const ModelFlags& f, std::shared_ptr<ThreadPool> pool) {
+  if (s.draft_model.empty() || s.mode == "off") return nullptr;
+  if (!f.dist.empty()) throw Error("--model-draft: not with --dist");
+  LoadOptions opt;
+  opt.n_threads = n_threads;
+  opt.pool = std::move(pool);
+  opt.weight_mode = WeightMode::Resident;
+  opt.n_ctx = n_ctx;
+  opt.n_batch = n_batch;
+  opt.n_seq = n_seq;
+  opt.verbose = f.verbose_load;
+  if (f.kv_type == "f16" || f.kv_type == "F16") opt.kv_type = DType::F16;
+  try {
+    return load_model(s.draft_model, opt);
+  } catch (const Error& e) {
+    throw Error(std::string("--model-draft: ") + e.what());
+  }
+}
+
+std::unique_ptr<Model> draft_for(std::unique_ptr<Model>& first, const SpecFlags& s, Model& target, size_t n_models,
+                                 const std::string& target_name, int n_ctx, int n_batch, int n_seq, const ModelFlags& f) {
+  if (s.draft_model.empty() || s.mode == "off") return nullptr;
+  std::unique_ptr<Model> d = first ? std::move(first)
+                                   : open_draft_model(s, 0, n_ctx, n_batch, n_seq, f, target.shared_pool());
+  try {
+    check_draft_model(target, *d);
+  } catch (const Error& e) {
+    if (n_models == 1) throw;
+    std::fprintf(stderr, "spool: warning: '%s' gets no draft model: %s\n", target_name.c_str(), e.what());
+    return nullptr;
+  }
+  std::fprintf(stderr, "spool: '%s': draft model %s (%s, %d layers)\n", target_name.c_str(), d->config().name.c_str(),
+               d->config().arch.c_str(), d->config().n_layer);
+  return d;
+}
+
+ModelFlags flags_beside_draft(const ModelFlags& f, const Model* draft, int n_ctx, int n_seq) {
+  ModelFlags out = f;
+  if (!draft || f.mem_budget.empty()) return out;
+  const ModelConfig& c = draft->config();
+  const int ctx = n_ctx > 0 ? n_ctx : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
+  const DType kv = (f.kv_type == "f16" || f.kv_type == "F16") ? DType::F16 : DType::F32;
+  const uint64_t bytes = draft->file().manifest.total_bytes() + (uint64_t)std::max(1, n_seq) * kv_bytes_estimate(c, ctx, kv);
+  const uint64_t budget = parse_size(f.mem_budget);
+  if (bytes >= budget)
+    throw Error("the draft model takes about " + std::to_string(bytes >> 20) + " MiB (weights and KV), more than "
+                "--mem-budget " + f.mem_budget + " leaves for both models");
+  out.mem_budget = std::to_string(budget - bytes);
+  return out;
 }
 
 SpecOptions spec_options(const SpecFlags& f) {
@@ -84,9 +142,10 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f) {
 uint64_t parse_size(const std::string& s) { return parse_memory_size(s); }
 
 std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& f, int n_ctx,
-                                  int n_batch, int n_seq, int n_logits) {
+                                  int n_batch, int n_seq, int n_logits, std::shared_ptr<ThreadPool> pool) {
   LoadOptions opt;
   opt.n_threads = n_threads;
+  opt.pool = std::move(pool);
   if (!f.mem_budget.empty()) opt.mem_budget = parse_size(f.mem_budget);
   opt.n_ctx = n_ctx;
   opt.n_batch = n_batch;

@@ -34,13 +34,29 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f);
 struct SpecFlags {
   std::string mode = "auto";
   int max_draft = 8;
+  std::string draft_model;  // -md, --model-draft FILE
 };
 void add_spec_flags(CLI::App* cmd, SpecFlags& f);
 SpecOptions spec_options(const SpecFlags& f);  // throws spool::Error on a bad value
+// --model-draft: the draft model, resident, on a thread pool of its own that
+// the target then shares (open_model's pool); null without the flag. The
+// caller checks it against the target (check_draft_model).
+std::unique_ptr<Model> open_draft_model(const SpecFlags& s, int n_threads, int n_ctx, int n_batch, int n_seq,
+                                        const ModelFlags& f, std::shared_ptr<ThreadPool> pool = nullptr);
+// serve and agents: a draft model for each loaded model it can draft for.
+// The first copy is `first` (loaded before the models, its pool shared with
+// the first model); the others are loaded on their model's threads. A model
+// it cannot draft for gets none (with a warning), unless it is the only one
+// (an error).
+std::unique_ptr<Model> draft_for(std::unique_ptr<Model>& first, const SpecFlags& s, Model& target, size_t n_models,
+                                 const std::string& target_name, int n_ctx, int n_batch, int n_seq, const ModelFlags& f);
+// --mem-budget less what the draft model takes (its weights and the KV of n_seq contexts).
+ModelFlags flags_beside_draft(const ModelFlags& f, const Model* draft, int n_ctx, int n_seq);
 // 512, 64K, 1.5G, 8G (binary units); throws spool::Error on anything else.
 uint64_t parse_size(const std::string& s);
+// pool: compute on these threads (a draft model's), null: a pool of n_threads.
 std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, const ModelFlags& f, int n_ctx,
-                                  int n_batch, int n_seq = 1, int n_logits = 0);
+                                  int n_batch, int n_seq = 1, int n_logits = 0, std::shared_ptr<ThreadPool> pool = nullptr);
 // --dist ep: under mpirun, rank 0 returns the model with the routed experts
 // dealt out over all ranks; every other rank serves its experts and exits
 // inside this call (dist/expert_dist.h).

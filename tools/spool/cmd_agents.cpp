@@ -102,6 +102,7 @@ void agents_run(const AgentsRunOptions& o) {
   struct Loaded {
     std::string id, path;
     std::vector<std::string> names;
+    std::unique_ptr<Model> draft;  // declared before model and engine: destroyed after the engine
     std::unique_ptr<Model> model;
     std::unique_ptr<Engine> engine;
     std::unique_ptr<ChatTemplate> tmpl;
@@ -137,17 +138,23 @@ void agents_run(const AgentsRunOptions& o) {
   }
 
   agents::RunStore store(o.data_dir);  // "": in memory, gone when the command ends
+  // A draft model (-md) first: each model it can draft for gets a copy, and the budget leaves their share.
+  std::unique_ptr<Model> draft = open_draft_model(o.spec, o.n_threads, o.n_ctx, o.n_batch, o.parallel, o.model_flags);
   ModelFlags flags = o.model_flags;  // one --mem-budget, split equally between the models
+  for (size_t i = 0; draft && i < loaded.size(); ++i) flags = flags_beside_draft(flags, draft.get(), o.n_ctx, o.parallel);
   if (!flags.mem_budget.empty() && loaded.size() > 1)
     flags.mem_budget = std::to_string(parse_size(flags.mem_budget) / loaded.size());
   for (Loaded& l : loaded) {
-    l.model = open_model(l.path, o.n_threads, flags, o.n_ctx, o.n_batch, o.parallel);
+    l.model = open_model(l.path, o.n_threads, flags, o.n_ctx, o.n_batch, o.parallel, 0,
+                         draft ? draft->shared_pool() : nullptr);
     const ModelConfig& cfg = l.model->config();
+    l.draft = draft_for(draft, o.spec, *l.model, loaded.size(), l.id, o.n_ctx, o.n_batch, o.parallel, o.model_flags);
     EngineOptions eo;
     eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
     eo.max_running = o.parallel;
     eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
     eo.spec = spec_options(o.spec);
+    eo.draft_model = l.draft.get();
     l.engine = make_engine(*l.model, eo);
     l.grammars = std::make_unique<grammar::GrammarCache>(l.model->tokenizer());
     if (const std::string src = chat_template_source(l.model->file()); !src.empty()) {

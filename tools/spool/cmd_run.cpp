@@ -14,6 +14,7 @@
 #include "grammar/grammar_cache.h"
 #include "kernels/matmul.h"
 #include "runtime/sampler.h"
+#include "runtime/draft_model.h"
 #include "runtime/speculative.h"
 #include "server/stats_handler.h"
 #include "runtime/kv_disk.h"
@@ -110,9 +111,14 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, const Model& model) {
 void run(const RunOptions& o) {
   const double t_load = now_seconds();
   SpecOptions so = spec_options(o.spec);
+  // A draft model (-md) first: the model then computes on its threads and its budget leaves the draft's share.
+  std::unique_ptr<Model> draft_model =
+      so.mode == SpecMode::Off ? nullptr : open_draft_model(o.spec, o.n_threads, o.n_ctx, o.n_batch, 1, o.model_flags);
   // One logits row a step, or one per drafted token too.
-  auto model = open_model(o.model, o.n_threads, o.model_flags, o.n_ctx, o.n_batch, 1,
-                          so.mode == SpecMode::Off ? 1 : 1 + so.max_draft);
+  auto model = open_model(o.model, o.n_threads, flags_beside_draft(o.model_flags, draft_model.get(), o.n_ctx, 1),
+                          o.n_ctx, o.n_batch, 1, so.mode == SpecMode::Off ? 1 : 1 + so.max_draft,
+                          draft_model ? draft_model->shared_pool() : nullptr);
+  if (draft_model) check_draft_model(*model, *draft_model);
   const ModelConfig& cfg = model->config();
   const Tokenizer& tok = model->tokenizer();
   const int n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
@@ -173,6 +179,13 @@ void run(const RunOptions& o) {
   // checkpoint and computes the kept tokens again with the next pass.
   const bool hybrid = session.recurrent();
   SpecSequence spec(so);
+  std::unique_ptr<DraftModel> drafter;
+  if (draft_model) {
+    drafter = std::make_unique<DraftModel>(*draft_model, cfg.n_vocab, n_ctx, 1);
+    std::fprintf(stderr, "spool: draft model %s (%s, %d layers)\n", draft_model->config().name.c_str(),
+                 draft_model->config().arch.c_str(), draft_model->config().n_layer);
+  }
+  DraftSource src = DraftSource::Ngram;   // where the last pass's draft came from
   std::vector<std::shared_ptr<const DraftContext>> contexts;
   for (const std::string& f : o.spec_context)
     contexts.push_back(std::make_shared<const DraftContext>(tok.encode(read_text_file(f), false, false)));
@@ -183,6 +196,7 @@ void run(const RunOptions& o) {
   SpecStats spec_stats;
   spec_stats.mode = so.mode;
   spec_stats.max_draft = so.mode == SpecMode::Off ? 0 : so.max_draft;
+  spec_stats.draft_model = drafter != nullptr;
   std::vector<int32_t> history = prompt;  // what drafts are looked up in
   std::vector<int32_t> draft;             // the drafted tokens in the last pass
   std::vector<int32_t> step;              // the last pass's tokens: redone ones (hybrid), the sampled one, the draft
@@ -221,9 +235,10 @@ void run(const RunOptions& o) {
       } else if (!hybrid) {
         session.rewind(session.n_past() - rejected);
       }
-      spec.verified((int)draft.size(), row);
+      spec.verified((int)draft.size(), row, src);
       spec_stats.drafted += draft.size();
       spec_stats.accepted += row;
+      if (src == DraftSource::Model) spec_stats.model_drafted += draft.size(), spec_stats.model_accepted += row;
       ++spec_stats.verify_steps;
     }
     draft.clear();
@@ -232,11 +247,31 @@ void run(const RunOptions& o) {
     if (so.mode != SpecMode::Off) {
       spec.observe(history);
       const int left = o.n_predict < 0 ? so.max_draft : o.n_predict - (int)generated.size() - 1;
-      std::vector<int32_t> d =
-          spec.propose(history, std::min({so.max_draft, left, n_ctx - session.n_past() - (int)redo.size() - 1}));
-      const int k = d.empty() ? 0 : choose_drafts(so.mode, costs, 1, 1, {{(int)d.size(), spec.evidence()}}, so.max_draft)[0];
-      if (k > 0) draft.assign(d.begin(), d.begin() + k);
-      else if (!d.empty()) spec.shadow(std::move(d), (int)history.size()), ++spec_stats.declined;
+      const int kmax = std::min({so.max_draft, left, n_ctx - session.n_past() - (int)redo.size() - 1});
+      std::vector<int32_t> d = spec.propose(history, kmax);
+      src = DraftSource::Ngram;
+      if (drafter && kmax > 0 &&
+          (d.empty() || spec.evidence(DraftSource::Ngram) < spec.evidence(DraftSource::Model))) {
+        // The draft model, where it is likelier to be right: the n-gram draft is still scored, for free.
+        if (!d.empty()) spec.shadow(std::move(d), (int)history.size());
+        src = DraftSource::Model;
+        const int k = choose_drafts(so.mode, costs, 1, 1, {{kmax, spec.evidence(src), true}}, so.max_draft,
+                                    &drafter->costs())[0];
+        if (k > 0) {
+          std::vector<DraftJob> jobs{{1, &history, k, {}}};
+          const double td = now_seconds();
+          drafter->propose(jobs);
+          spec_stats.draft_seconds += now_seconds() - td;
+          draft = std::move(jobs[0].draft);
+        } else {
+          ++spec_stats.declined;
+        }
+      } else {
+        const int k =
+            d.empty() ? 0 : choose_drafts(so.mode, costs, 1, 1, {{(int)d.size(), spec.evidence()}}, so.max_draft)[0];
+        if (k > 0) draft.assign(d.begin(), d.begin() + k);
+        else if (!d.empty()) spec.shadow(std::move(d), (int)history.size()), ++spec_stats.declined;
+      }
     }
     step = redo;
     base = (int)redo.size();
@@ -252,7 +287,7 @@ void run(const RunOptions& o) {
   }
   if (costs.measured(1) && costs.measured(1 + so.max_draft))
     spec_stats.verify_cost = costs.estimate(1 + so.max_draft) / costs.estimate(1);
-  spec_stats.acceptance = spec.acceptance();
+  spec_stats.acceptance = drafter ? spec.model_acceptance() : spec.acceptance();
   const double t_gen = now_seconds() - t1;
   stats.end_progress();
   if (o.output_ids) std::printf("\n");

@@ -115,11 +115,16 @@ void serve(const ServeOptions& o) {
   // Every -m: PATH, or ALIAS=PATH (the name clients and pipeline specs use).
   // One --mem-budget is shared: each model gets an equal part of it.
   std::vector<std::string> given = o.models.empty() ? std::vector<std::string>{""} : o.models;
+  // A draft model (-md) first: each model it can draft for gets a copy, and the budget leaves their share.
+  std::unique_ptr<Model> draft =
+      open_draft_model(o.spec, o.n_threads, o.n_ctx, o.n_batch, o.parallel, o.model_flags);
   ModelFlags flags = o.model_flags;
+  for (size_t i = 0; draft && i < given.size(); ++i) flags = flags_beside_draft(flags, draft.get(), o.n_ctx, o.parallel);
   if (!flags.mem_budget.empty() && given.size() > 1)
     flags.mem_budget = std::to_string(parse_size(flags.mem_budget) / given.size());
   struct Loaded {
     std::string id, path;
+    std::unique_ptr<Model> draft;  // declared before model and engine: destroyed after the engine
     std::unique_ptr<Model> model;
     std::unique_ptr<Engine> engine;
   };
@@ -136,13 +141,16 @@ void serve(const ServeOptions& o) {
     l.id = alias.empty() ? model_id_of(l.path) : alias;
     for (const Loaded& other : loaded)
       if (other.id == l.id) throw Error("two models are named '" + l.id + "'; give each one an alias (-m ALIAS=PATH)");
-    l.model = open_model(l.path, o.n_threads, flags, o.n_ctx, o.n_batch, o.parallel);  // budget: KV pool of --parallel contexts
+    l.model = open_model(l.path, o.n_threads, flags, o.n_ctx, o.n_batch, o.parallel, 0,  // budget: KV pool of --parallel contexts
+                         draft ? draft->shared_pool() : nullptr);
     const ModelConfig& cfg = l.model->config();
+    l.draft = draft_for(draft, o.spec, *l.model, given.size(), l.id, o.n_ctx, o.n_batch, o.parallel, o.model_flags);
     EngineOptions eo;
     eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
     eo.max_running = o.parallel;
     eo.max_batch_tokens = std::max(o.n_batch, o.parallel);
     eo.spec = spec_options(o.spec);
+    eo.draft_model = l.draft.get();
     eo.max_waiting = o.max_waiting;
     eo.prefix_cache = !o.no_prefix_cache;
     eo.kv_hints = !o.no_kv_hints;

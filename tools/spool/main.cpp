@@ -3,6 +3,8 @@
 // spool::Error and become one line on stderr and exit code 1.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 #include "cli_common.h"
 #include "core/error.h"
@@ -23,8 +25,13 @@ int main(int argc, char** argv) {
   spool::cli::add_agents_command(app);
   spool::cli::add_checksum_command(app);
   spool::cli::add_convert_command(app);
+  // llama.cpp's two-letter spelling of the draft model flag (CLI11 takes one-letter short options only).
+  std::vector<char*> args(argv, argv + argc);
+  static char model_draft[] = "--model-draft";
+  for (char*& a : args)
+    if (std::strcmp(a, "-md") == 0) a = model_draft;
   try {
-    app.parse(argc, argv);
+    app.parse((int)args.size(), args.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const spool::Error& e) {
