@@ -3,20 +3,22 @@
 // planner -> 4 executors -> summarizer pipeline give exactly the text of a
 // --spec off server, while /metrics and /v1/stats show drafts verified and
 // accepted (the pipeline's executors drafting from the planner's output);
-// the default (auto) reports the governor's state.
+// the default (auto) reports the governor's state. A server with a draft
+// model (-md, here the model itself) gives the same text, every draft accepted.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, metric, waitFor, STORIES } from './helpers.mjs';
 
-let off, on, auto;
+let off, on, auto, md;
 before(async () => {
-  [off, on, auto] = await Promise.all([
+  [off, on, auto, md] = await Promise.all([
     startServer(STORIES, ['-c', '1024', '--parallel', '8', '--spec', 'off']),
     startServer(STORIES, ['-c', '1024', '--parallel', '8', '--spec', 'on', '--spec-max', '6']),
     startServer(STORIES, ['-c', '1024', '--parallel', '8']),
+    startServer(STORIES, ['-c', '1024', '--parallel', '3', '--spec', 'on', '-md', STORIES]),
   ]);
 });
-after(async () => Promise.all([off, on, auto].map((s) => s && s.stop())));
+after(async () => Promise.all([off, on, auto, md].map((s) => s && s.stop())));
 
 const prompts = [
   'Once upon a time, there was a little girl named Lily. She loved to play in the park. Once upon a time, there was a',
@@ -51,6 +53,20 @@ test('greedy completions with drafts equal those without, and the counters show 
   assert.ok(spec.acceptance_estimate > 0 && spec.acceptance_estimate < 1, JSON.stringify(spec));
   for (const k of ['drafted_tokens', 'accepted_tokens', 'verify_steps', 'declined_steps', 'verify_cost_ratio'])
     assert.equal(typeof spec[k], 'number', k);
+});
+
+test('a draft model drafts for concurrent completions without changing their text', async () => {
+  const [a, b] = await Promise.all([completeAll(off), completeAll(md)]);
+  assert.deepEqual(b, a);
+  assert.equal(await metric(md.url, 'spool_spec_draft_model'), 1);
+  assert.equal(await metric(off.url, 'spool_spec_draft_model'), 0);
+  const drafted = await metric(md.url, 'spool_spec_model_drafted_tokens_total');
+  const accepted = await metric(md.url, 'spool_spec_model_accepted_tokens_total');
+  assert.ok(drafted > 100, `drafted ${drafted}`);
+  assert.equal(accepted, drafted);  // the model as its own draft: every draft token is the model's own choice
+  const spec = (await (await fetch(`${md.url}/v1/stats`)).json()).models[0].engine.speculative;
+  assert.equal(spec.draft_model, true);
+  assert.ok(spec.draft_seconds > 0, JSON.stringify(spec));
 });
 
 const pipeline = {
