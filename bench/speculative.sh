@@ -17,7 +17,11 @@
 #             under devsim 1 GiB + --read-bw 1G, cold, 16 tokens: off / auto / on, drafts as for random.
 #   pipeline  planner -> 4 executors copying the plan -> summarizer on stories260K (spool agents run): wall
 #             time and outputs with --spec off vs auto.
-# Environment: THREADS (2), REPS (5), DIR (/tmp/spool-bench), KIMI, LLAMA_BENCH, DEVSIM (../shared/tools/devsim),
+#   draft     a draft model (-md DRAFT, default stories260K) for STORIES, greedy, the stories prompts x 400
+#             tokens: off / auto without a draft model / auto and on with it / on with STORIES as its own draft
+#             (acceptance 1); identical text checked. Meant for STORIES = stories260K widened 32x (Q8_0), whose
+#             function stories260K computes at 1/1000 of the bytes: a big model and its small sibling.
+# Environment: THREADS (2), REPS (5), DIR (/tmp/spool-bench), KIMI, LLAMA_BENCH, DEVSIM (../shared/tools/devsim), DRAFT,
 # STORIES (the trained model of the stories and pipeline parts; default stories260K; e.g. stories260K widened 32x
 # by bench/peer/tile_llama.py and quantized to Q8_0, the same function at a memory-bound size).
 set -euo pipefail
@@ -181,6 +185,52 @@ if [[ " $parts " == *" stream "* ]]; then
     done
   done
   table "$tmp/k" off auto on
+  echo
+fi
+
+if [[ " $parts " == *" draft "* ]]; then
+  draft="${DRAFT:-$shared/models/stories260K.gguf}"
+  echo "## $sname with a draft model ($(basename "$draft")), greedy, ${#prompts[@]} prompts x 400 tokens, median of $reps"
+  echo
+  modes=(off ngram md-auto md-on self)
+  for mode in "${modes[@]}"; do : >"$tmp/d.$mode"; done
+  for r in $(seq "$reps"); do
+    for i in "${!prompts[@]}"; do
+      for mode in "${modes[@]}"; do
+        case "$mode" in
+          off) extra=(--spec off) ;;
+          ngram) extra=(--spec auto) ;;
+          md-auto) extra=(--spec auto -md "$draft") ;;
+          md-on) extra=(--spec on -md "$draft") ;;
+          self) extra=(--spec on -md "$stories") ;;
+        esac
+        "$spool" run -m "$stories" -p "${prompts[$i]}" -n 400 --temp 0 -t "$threads" "${extra[@]}" \
+          --stats-json "$tmp/s.json" >"$tmp/dout.$mode.$i" 2>/dev/null
+        [ "$r" = 1 ] && [ "$mode" != off ] && ! cmp -s "$tmp/dout.off.$i" "$tmp/dout.$mode.$i" &&
+          { echo "TEXT DIFFERS: $mode, prompt $i" >&2; exit 1; }
+        /usr/bin/python3 -c "import json,sys; s=json.load(open('$tmp/s.json'))['spec'], json.load(open('$tmp/s.json')); print(s[1]['generated_tokens']/s[1]['gen_s'], s[0]['drafted_tokens'], s[0]['accepted_tokens'], s[0]['model_drafted_tokens'], s[0]['model_accepted_tokens'], s[0]['draft_seconds'] / s[1]['gen_s'])" >>"$tmp/d.$mode"
+      done
+    done
+  done
+  echo "| run | decode tok/s (median) | vs off | drafted / accepted | by the draft model: drafted / accepted | time drafting |"
+  echo "|---|---|---|---|---|---|"
+  off_tps="$(cut -d' ' -f1 "$tmp/d.off" | median)"
+  for mode in "${modes[@]}"; do
+    tps="$(cut -d' ' -f1 "$tmp/d.$mode" | median)"
+    case "$mode" in
+      off) label="--spec off" ;;
+      ngram) label="--spec auto, n-gram drafts only" ;;
+      md-auto) label="--spec auto -md $(basename "$draft")" ;;
+      md-on) label="--spec on -md $(basename "$draft")" ;;
+      self) label="--spec on -md $sname (itself: acceptance 1)" ;;
+    esac
+    printf '| %s | %.1f | %.2fx | %s | %s | %s |\n' "$label" "$tps" "$(echo "$tps / $off_tps" | bc -l)" \
+      "$(awk '{d+=$2; a+=$3} END {print d " / " a}' "$tmp/d.$mode")" \
+      "$(awk '{d+=$4; a+=$5} END {print d " / " a}' "$tmp/d.$mode")" \
+      "$(cut -d' ' -f6 "$tmp/d.$mode" | median | awk '{printf "%.0f %%", 100 * $1}')"
+  done
+  echo
+  echo "Text identical to --spec off for every prompt and run."
   echo
 fi
 

@@ -170,6 +170,17 @@ TEST(SpecGovernor, DraftsOnlyWhereTokensPerSecondRise) {
   // streamed experts, read per row, are not probed at all.
   only_one.record(14, 0.14);
   EXPECT_EQ(choose_drafts(SpecMode::Auto, only_one, 1, 1, {{8, 1.0 / 3}}, 100)[0], 0);
+  // The step's own size is measured first: estimated from larger passes, drafts would look free.
+  StepCosts no_base;
+  no_base.record(5, 0.011);
+  EXPECT_EQ(choose_drafts(SpecMode::Auto, no_base, 1, 1, likely, 100)[0], 0);
+  // A draft model's passes count: one as dear as the model's own pass does not pay, a cheap one does.
+  StepCosts dear, cheap;
+  for (int rows = 1; rows <= 9; ++rows) dear.record(rows, 0.010), cheap.record(rows, 0.0005);
+  const std::vector<SpecCandidate> model_draft = {{8, 0.8, true}};
+  EXPECT_EQ(choose_drafts(SpecMode::Auto, flat, 1, 1, model_draft, 100, &dear)[0], 0);
+  EXPECT_GE(choose_drafts(SpecMode::Auto, flat, 1, 1, model_draft, 100, &cheap)[0], 4);
+  EXPECT_GE(choose_drafts(SpecMode::Auto, flat, 1, 1, model_draft, 100, nullptr)[0], 6);  // n-gram-like: free
   // A sequence whose drafts were never scored offers no evidence: its first draft is scored for free.
   SpecSequence fresh;
   EXPECT_EQ(fresh.evidence(), 0.0);

@@ -130,7 +130,6 @@ void SpecSequence::verified(int drafted, int accepted, DraftSource src) {
 
 namespace {
 constexpr uint64_t kStale = 256;   // steps after which a size is measured again
-constexpr double kEma = 0.25;      // weight of a new measurement
 constexpr double kOptimism = 0.05; // assumed cost of one more row, relative, for sizes not measured
 }  // namespace
 
@@ -138,9 +137,15 @@ void StepCosts::record(int rows, double seconds) {
   if (rows <= 0 || !(seconds >= 0)) return;
   ++steps_;
   Entry& e = by_rows_[rows];
-  const bool fresh = e.n == 0 || steps_ - e.step > kStale;
-  e.seconds = fresh ? seconds : e.seconds + kEma * (seconds - e.seconds);
-  e.n = fresh ? 1 : e.n + 1;
+  if (e.n == 0 || steps_ - e.step > kStale) e.n = 0;  // fresh: older samples no longer count
+  constexpr int kKeep = (int)(sizeof(e.recent) / sizeof(e.recent[0]));
+  e.recent[e.n % kKeep] = seconds;
+  ++e.n;
+  const int m = std::min(e.n, kKeep);
+  double sorted[kKeep];
+  std::copy(e.recent, e.recent + m, sorted);
+  std::sort(sorted, sorted + m);
+  e.seconds = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
   e.step = steps_;
 }
 
@@ -177,8 +182,10 @@ std::vector<int> choose_drafts(SpecMode mode, const StepCosts& costs, int base_r
     }
     return k;
   }
+  // The step's own size not measured (lately): decode plainly, which measures it. An estimate of it from
+  // larger passes would make every draft look free, and a step that always drafts never measures it.
+  if (!costs.measured(base_rows)) return k;
   double t = costs.estimate(base_rows);
-  if (!(t > 0)) return k;  // nothing measured yet: decode plainly first
   double tokens = std::max(1, base_tokens);
   int rows = base_rows;
   // The draft model's passes: rows of pass j (the j+1-th draft token of each sequence) and their time.

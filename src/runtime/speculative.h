@@ -84,13 +84,15 @@ class DraftContext {
 // a slow decay so it follows a request whose text changes character.
 class AcceptanceEstimate {
  public:
+  // The prior: `acc` accepted against `rej` rejected (1/3 by default).
+  explicit AcceptanceEstimate(double acc = 0.5, double rej = 1.0) : acc_(acc), rej_(rej) {}
   // `accepted` draft tokens matched; `rejected`: one did not (false when the draft ran out first).
   void add(int accepted, bool rejected);
   double rate() const { return acc_ / (acc_ + rej_); }
   bool scored() const { return n_ > 0; }  // any draft scored yet (until then the governor does not draft)
 
  private:
-  double acc_ = 0.5, rej_ = 1.0;  // prior: 1/3
+  double acc_, rej_;
   int n_ = 0;
 };
 
@@ -126,12 +128,16 @@ class SpecSequence {
   NgramIndex own_;
   std::vector<std::shared_ptr<const DraftContext>> contexts_;
   AcceptanceEstimate est_;        // n-gram drafts
-  AcceptanceEstimate model_est_;  // the draft model's
+  // The draft model's: a prior of 0.6, what a draft model chosen for its
+  // target commonly reaches, so that it is tried where verifying is cheap
+  // (unlike n-gram drafts it cannot be scored for free).
+  AcceptanceEstimate model_est_{1.5, 1.0};
   std::vector<int32_t> shadow_;
   int shadow_start_ = -1;
 };
 
-// Measured seconds of a forward pass by its number of rows (moving averages).
+// Measured seconds of a forward pass by its number of rows (the median of the
+// recent passes of that size).
 class StepCosts {
  public:
   void record(int rows, double seconds);
@@ -143,9 +149,10 @@ class StepCosts {
 
  private:
   struct Entry {
-    double seconds = 0;
-    uint64_t step = 0;  // when last recorded
-    int n = 0;
+    double seconds = 0;       // the median of the recent samples
+    double recent[7] = {};    // the last samples (a ring): a median ignores a pass that waited for a
+    int n = 0;                // woken thread or a page fault, which a mean would keep for many steps
+    uint64_t step = 0;        // when last recorded
   };
   std::map<int, Entry> by_rows_;
   uint64_t steps_ = 0;
