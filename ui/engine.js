@@ -229,6 +229,9 @@ function paintSpec(x) {
   const cost = x.verify_cost_ratio ? `${x.verify_cost_ratio.toFixed(2)}×` : '–';
   tile('spec-governor', `Governor (--spec ${x.mode}): acceptance est., drafting, cost of a drafted step`,
     `${fmtPct(x.acceptance_estimate)}, ${x.drafting_sequences} seq, ${cost}`);
+  if (x.draft_model)
+    tile('spec-model', 'Draft model (-md): accepted / drafted, time drafting',
+      `${fmtNum(x.model_accepted_tokens, 2)} / ${fmtNum(x.model_drafted_tokens, 2)}, ${x.draft_seconds.toFixed(1)} s`);
 }
 
 // --dist ep: the home rank's traffic, and one tile per other rank (its own disk and cache).

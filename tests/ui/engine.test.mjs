@@ -11,7 +11,7 @@ import { launch, openPage, ready, screenshot, startServer, STORIES } from './bro
 let server, streamed, browser;
 before(async () => {
   [server, streamed, browser] = await Promise.all([
-    startServer(STORIES, ['-c', '2048', '--parallel', '4']),
+    startServer(STORIES, ['-c', '2048', '--parallel', '4', '-md', STORIES]),  // the model as its own draft model
     startServer(STORIES, ['--mem-budget', '64M']),  // 0.4 MiB left for 1.2 MiB of weights: they stream
     launch(),
   ]);
@@ -75,6 +75,7 @@ test('engine charts show non-zero figures while requests stream', async () => {
   // Speculative decoding (--spec auto by default): its counters and the governor's state.
   assert.match(tiles.spec ?? '', /^\d+(\.\d+)?k? \/ \d+(\.\d+)?k?( \(\d+(\.\d)? ?%\))?$/);
   assert.match(tiles['spec-governor'] ?? '', /^\d+(\.\d)? ?%, \d+ seq, (–|\d+\.\d\d×)$/);
+  assert.match(tiles['spec-model'] ?? '', /^\d+(\.\d+)?k? \/ \d+(\.\d+)?k?, \d+\.\d s$/);
   assert.equal(mode, 'weights resident (no streaming figures)');
   assert.equal(await page.$eval('#engine-streaming', (el) => el.hidden), true);
   assert.deepEqual(page.problems, []);
