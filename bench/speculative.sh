@@ -21,6 +21,9 @@
 #             tokens: off / auto without a draft model / auto and on with it / on with STORIES as its own draft
 #             (acceptance 1); identical text checked. Meant for STORIES = stories260K widened 32x (Q8_0), whose
 #             function stories260K computes at 1/1000 of the bytes: a big model and its small sibling.
+#   bigsmall  a big-planner / small-executor pipeline: planner and summarizer on STORIES, 4 executors copying the
+#             plan on DRAFT (spool agents run -m big=STORIES -m small=DRAFT): wall time with --spec off, auto, and
+#             auto -md DRAFT (the small model drafts for the big one); outputs checked identical.
 # Environment: THREADS (2), REPS (5), DIR (/tmp/spool-bench), KIMI, LLAMA_BENCH, DEVSIM (../shared/tools/devsim), DRAFT,
 # STORIES (the trained model of the stories and pipeline parts; default stories260K; e.g. stories260K widened 32x
 # by bench/peer/tile_llama.py and quantized to Q8_0, the same function at a memory-bound size).
@@ -274,6 +277,60 @@ EOF
   echo "| --spec | wall s (median of $reps) | vs off |"
   echo "|---|---|---|"
   printf '| off | %.3f | 1.00x |\n| auto | %.3f | %.2fx faster |\n' "$off_s" "$auto_s" "$(echo "$off_s / $auto_s" | bc -l)"
+  echo
+  echo "Outputs of all six steps identical."
+fi
+
+if [[ " $parts " == *" bigsmall "* ]]; then
+  draft="${DRAFT:-$shared/models/stories260K.gguf}"
+  cat >"$tmp/bigsmall.json" <<'EOF'
+{
+  "name": "big-plan-small-exec",
+  "task": "Lily finds a lost dog in the park and brings it home.",
+  "temperature": 0,
+  "max_tokens": 160,
+  "agents": [
+    {"name": "planner", "model": "big", "prompt": "Task: {task}\nWrite the story plan."},
+    {"name": "one", "model": "small", "prompt": "Plan:\n{agents.planner.output}\nCopy the plan, then write part one."},
+    {"name": "two", "model": "small", "prompt": "Plan:\n{agents.planner.output}\nCopy the plan, then write part two."},
+    {"name": "three", "model": "small", "prompt": "Plan:\n{agents.planner.output}\nCopy the plan, then write part three."},
+    {"name": "four", "model": "small", "prompt": "Plan:\n{agents.planner.output}\nCopy the plan, then write part four."},
+    {"name": "summarizer", "model": "big", "prompt": "Results:\n{previous}\nWrite the final story."}
+  ],
+  "stages": ["planner", {"parallel": ["one", "two", "three", "four"]}, "summarizer"]
+}
+EOF
+  echo "## Big planner ($sname) / small executors ($(basename "$draft")), spool agents run, wall time, median of $reps"
+  echo
+  modes=(off auto md)
+  for mode in "${modes[@]}"; do : >"$tmp/b.$mode"; done
+  for r in $(seq "$reps"); do
+    for mode in "${modes[@]}"; do
+      extra=(--spec "$mode"); [ "$mode" = md ] && extra=(--spec auto -md "$draft")
+      t0=$(date +%s.%N)
+      "$spool" agents run "$tmp/bigsmall.json" -m big="$stories" -m small="$draft" -t "$threads" "${extra[@]}" --json \
+        >"$tmp/bout.$mode" 2>/dev/null
+      t1=$(date +%s.%N)
+      echo "$t1 - $t0" | bc -l >>"$tmp/b.$mode"
+    done
+    for mode in auto md; do
+      /usr/bin/python3 - "$tmp/bout.off" "$tmp/bout.$mode" <<'EOF' || { echo "PIPELINE OUTPUTS DIFFER ($mode)" >&2; exit 1; }
+import json, sys
+def outputs(p):
+    return {e["agent"]: e["output"] for e in map(json.loads, open(p)) if e.get("type") == "output"}
+a, b = outputs(sys.argv[1]), outputs(sys.argv[2])
+sys.exit(0 if a == b and len(a) == 6 else 1)
+EOF
+    done
+  done
+  off_s="$(median <"$tmp/b.off")"
+  echo "| --spec | wall s (median of $reps) | vs off |"
+  echo "|---|---|---|"
+  for mode in "${modes[@]}"; do
+    t="$(median <"$tmp/b.$mode")"
+    label="$mode"; [ "$mode" = md ] && label="auto -md $(basename "$draft") (the small model drafts for the big)"
+    printf '| %s | %.3f | %.2fx faster |\n' "$label" "$t" "$(echo "$off_s / $t" | bc -l)"
+  done
   echo
   echo "Outputs of all six steps identical."
 fi

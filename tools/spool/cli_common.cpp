@@ -74,11 +74,19 @@ std::unique_ptr<Model> open_draft_model(const SpecFlags& s, int n_threads, int n
   }
 }
 
-std::unique_ptr<Model> draft_for(std::unique_ptr<Model>& first, const SpecFlags& s, Model& target, size_t n_models,
-                                 const std::string& target_name, int n_ctx, int n_batch, int n_seq, const ModelFlags& f) {
+std::unique_ptr<Model> draft_for(std::unique_ptr<Model>& first, const SpecFlags& s, Model& target,
+                                 const std::string& target_path, size_t n_models, const std::string& target_name,
+                                 int n_ctx, int n_batch, int n_seq, const ModelFlags& f) {
   if (s.draft_model.empty() || s.mode == "off") return nullptr;
-  std::unique_ptr<Model> d = first ? std::move(first)
-                                   : open_draft_model(s, 0, n_ctx, n_batch, n_seq, f, target.shared_pool());
+  std::error_code ec;
+  if (n_models > 1 && fs::equivalent(target_path, s.draft_model, ec)) {
+    std::fprintf(stderr, "spool: '%s' is the draft model itself: it drafts for the others\n", target_name.c_str());
+    return nullptr;
+  }
+  // A copy computes on its model's threads only (two engines never share a pool).
+  std::unique_ptr<Model> d = first && first->shared_pool() == target.shared_pool()
+                                 ? std::move(first)
+                                 : open_draft_model(s, 0, n_ctx, n_batch, n_seq, f, target.shared_pool());
   try {
     check_draft_model(target, *d);
   } catch (const Error& e) {

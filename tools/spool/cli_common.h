@@ -47,8 +47,10 @@ std::unique_ptr<Model> open_draft_model(const SpecFlags& s, int n_threads, int n
 // The first copy is `first` (loaded before the models, its pool shared with
 // the first model); the others are loaded on their model's threads. A model
 // it cannot draft for gets none (with a warning), unless it is the only one
-// (an error).
-std::unique_ptr<Model> draft_for(std::unique_ptr<Model>& first, const SpecFlags& s, Model& target, size_t n_models,
+// (an error); the model that is the draft model's own file gets none (in a
+// big-planner / small-executor pipeline, the small model drafts for the big).
+std::unique_ptr<Model> draft_for(std::unique_ptr<Model>& first, const SpecFlags& s, Model& target,
+                                 const std::string& target_path, size_t n_models,
                                  const std::string& target_name, int n_ctx, int n_batch, int n_seq, const ModelFlags& f);
 // --mem-budget less what the draft model takes (its weights and the KV of n_seq contexts).
 ModelFlags flags_beside_draft(const ModelFlags& f, const Model* draft, int n_ctx, int n_seq);

@@ -146,9 +146,9 @@ void agents_run(const AgentsRunOptions& o) {
     flags.mem_budget = std::to_string(parse_size(flags.mem_budget) / loaded.size());
   for (Loaded& l : loaded) {
     l.model = open_model(l.path, o.n_threads, flags, o.n_ctx, o.n_batch, o.parallel, 0,
-                         draft ? draft->shared_pool() : nullptr);
+                         draft && &l == &loaded.front() ? draft->shared_pool() : nullptr);
     const ModelConfig& cfg = l.model->config();
-    l.draft = draft_for(draft, o.spec, *l.model, loaded.size(), l.id, o.n_ctx, o.n_batch, o.parallel, o.model_flags);
+    l.draft = draft_for(draft, o.spec, *l.model, l.path, loaded.size(), l.id, o.n_ctx, o.n_batch, o.parallel, o.model_flags);
     EngineOptions eo;
     eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
     eo.max_running = o.parallel;

@@ -142,9 +142,9 @@ void serve(const ServeOptions& o) {
     for (const Loaded& other : loaded)
       if (other.id == l.id) throw Error("two models are named '" + l.id + "'; give each one an alias (-m ALIAS=PATH)");
     l.model = open_model(l.path, o.n_threads, flags, o.n_ctx, o.n_batch, o.parallel, 0,  // budget: KV pool of --parallel contexts
-                         draft ? draft->shared_pool() : nullptr);
+                         draft && loaded.empty() ? draft->shared_pool() : nullptr);
     const ModelConfig& cfg = l.model->config();
-    l.draft = draft_for(draft, o.spec, *l.model, given.size(), l.id, o.n_ctx, o.n_batch, o.parallel, o.model_flags);
+    l.draft = draft_for(draft, o.spec, *l.model, l.path, given.size(), l.id, o.n_ctx, o.n_batch, o.parallel, o.model_flags);
     EngineOptions eo;
     eo.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 4096, 4096);
     eo.max_running = o.parallel;
