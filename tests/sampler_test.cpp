@@ -1,4 +1,6 @@
-// Sampler and TextStream behaviour.
+// The sampler on its own (runtime/sampler.*): greedy, penalties, seeded
+// draws and temperature, top-k / top-p / min-p. Logit bias and the grammar
+// mask are tested with the API request parsing in client_compat_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,7 +8,6 @@
 #include <vector>
 
 #include "runtime/sampler.h"
-#include "text/text_stream.h"
 
 using namespace spool;
 
@@ -76,25 +77,4 @@ TEST(Sampler, TopKTopPMinPRestrictCandidates) {
   p.top_p = 0.3f;  // the top token alone has p ~0.5
   Sampler t(p, 5);
   for (int i = 0; i < 500; ++i) EXPECT_EQ(t.sample(logits.data()), 0);
-}
-
-TEST(TextStream, HoldsBackIncompleteUtf8) {
-  TextStream s;
-  EXPECT_EQ(s.push("a\xE2\x82"), "a");  // first two bytes of the euro sign
-  EXPECT_EQ(s.push("\xAC"), "\xE2\x82\xAC");
-  EXPECT_EQ(s.push("\xF0\x9F"), "");
-  EXPECT_EQ(s.flush(), "\xF0\x9F");
-}
-
-TEST(TextStream, StopsOnStopStringAcrossPieces) {
-  TextStream s({"END", "\n\n"});
-  EXPECT_EQ(s.push("hello E"), "hello ");
-  EXPECT_EQ(s.push("N"), "");
-  EXPECT_EQ(s.push("Dx"), "");
-  EXPECT_TRUE(s.stopped());
-  TextStream t({"END"});
-  EXPECT_EQ(t.push("EN"), "");
-  EXPECT_EQ(t.push("d"), "ENd");
-  EXPECT_FALSE(t.stopped());
-  EXPECT_EQ(t.flush(), "");
 }
