@@ -137,6 +137,46 @@ struct LegacyTile {
   }
 };
 
+// ---- legacy block types with a minimum (Q4_1, Q5_1) against Q8_1 -------------------
+
+inline __m256i levels(const BlockQ4_1& b) { return unpack_nibbles(b.qs); }
+inline __m256i levels(const BlockQ5_1& b) { return _mm256_or_si256(unpack_nibbles(b.qs), fifth_bits(b.qh)); }
+
+// Per block: d_w * d_a * sum(level * a) in the vector accumulator, m_w * s_a
+// (s_a = d_a * sum(a)) in a float one, in vec_dot_q4_1 / vec_dot_q5_1's order,
+// so a token's result is the same in a tile as alone.
+template <class WB>
+struct MinTile {
+  template <int R, int C>
+  static void tile(int64_t n, const uint8_t* w, size_t ws, const uint8_t* a, size_t as, float* c, size_t ldc) {
+    __m256 acc[R][C] = {};
+    float mins[R][C] = {};
+    const __m256i zero = _mm256_setzero_si256();
+    for (int64_t b = 0; b < n / kQK; ++b) {
+      __m256i av[C];
+      float ad[C], sa[C];
+      for (int j = 0; j < C; ++j) {
+        const BlockQ8_1& ab = reinterpret_cast<const BlockQ8_1*>(a + j * as)[b];
+        av[j] = loadu256(ab.qs);
+        ad[j] = fp16(ab.d);
+        sa[j] = fp16(ab.s);
+      }
+      for (int i = 0; i < R; ++i) {
+        const WB& wb = reinterpret_cast<const WB*>(w + i * ws)[b];
+        const float wd = fp16(wb.d), wm = fp16(wb.m);
+        const __m256i u = levels(wb);
+        for (int j = 0; j < C; ++j) {
+          const __m256i p = dot_u8s8(zero, u, av[j]);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * ad[j]), acc[i][j]);
+          mins[i][j] += wm * sa[j];
+        }
+      }
+    }
+    for (int i = 0; i < R; ++i)
+      for (int j = 0; j < C; ++j) c[j * ldc + i] = hsum(acc[i][j]) + mins[i][j];
+  }
+};
+
 // ---- K-quants against Q8_K ---------------------------------------------------------
 
 // Per super-block: integer sums per (row, activation) over the 8 chunks of
@@ -246,8 +286,8 @@ void fill_x86_table(KernelTable& t) {
   set(DType::Q4_0, vec_dot_q4_0, gemm_tiled<LegacyTile<BlockQ4_0, 8>, SPOOL_TILE_R, SPOOL_TILE_C, vec_dot_q4_0>);
   set(DType::Q5_0, vec_dot_q5_0, gemm_tiled<LegacyTile<BlockQ5_0, 16>, SPOOL_TILE_R, SPOOL_TILE_C, vec_dot_q5_0>);
   set(DType::Q8_0, vec_dot_q8<BlockQ8_0>, gemm_tiled<LegacyTile<BlockQ8_0, 128>, SPOOL_TILE_R, SPOOL_TILE_C, vec_dot_q8<BlockQ8_0>>);
-  set(DType::Q4_1, vec_dot_q4_1, nullptr);
-  set(DType::Q5_1, vec_dot_q5_1, nullptr);
+  set(DType::Q4_1, vec_dot_q4_1, gemm_tiled<MinTile<BlockQ4_1>, SPOOL_TILE_R, SPOOL_TILE_C, vec_dot_q4_1>);
+  set(DType::Q5_1, vec_dot_q5_1, gemm_tiled<MinTile<BlockQ5_1>, SPOOL_TILE_R, SPOOL_TILE_C, vec_dot_q5_1>);
   set(DType::Q8_1, vec_dot_q8<BlockQ8_1>, nullptr);
   set(DType::Q2_K, vec_dot_q2_k, nullptr);
   set(DType::Q3_K, vec_dot_q3_k, nullptr);
