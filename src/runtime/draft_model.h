@@ -44,7 +44,7 @@ class DraftModel {
  public:
   // n_ctx: positions per sequence; max_seqs: sequences drafted for at once
   // (more are served by evicting the least recently drafted); n_vocab: the
-  // target's vocabulary (draft ids at or beyond it end a draft).
+  // target's vocabulary (the argmax is taken over ids below it only).
   DraftModel(Model& draft, int n_vocab, int n_ctx, int max_seqs);
 
   // Drafts jobs[i].k tokens for each job, in as few passes as the longest draft.

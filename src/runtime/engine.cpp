@@ -463,7 +463,7 @@ class EngineImpl final : public Engine {
                               opt_.n_ctx - (int)r.tokens.size() - 1, sched_->draft_limit(&r)});
       if (k <= 0) continue;
       std::vector<int32_t> d = r.spec.propose(r.tokens, k);
-      if (drafter_ && (d.empty() || r.spec.evidence(DraftSource::Ngram) < r.spec.evidence(DraftSource::Model))) {
+      if (drafter_ && r.spec.prefers_model(!d.empty())) {
         if (!d.empty()) r.spec.shadow(std::move(d), (int)r.tokens.size());  // still scored, for free
         offers.push_back({&c, {}, DraftSource::Model});
         cands.push_back({k, r.spec.evidence(DraftSource::Model), true});

@@ -143,8 +143,11 @@ void StepCosts::record(int rows, double seconds) {
   ++e.n;
   const int m = std::min(e.n, kKeep);
   double sorted[kKeep];
-  std::copy(e.recent, e.recent + m, sorted);
-  std::sort(sorted, sorted + m);
+  for (int i = 0; i < m; ++i) {  // insertion sort of at most 7 samples
+    int k = i;
+    for (; k > 0 && sorted[k - 1] > e.recent[i]; --k) sorted[k] = sorted[k - 1];
+    sorted[k] = e.recent[i];
+  }
   e.seconds = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
   e.step = steps_;
 }

@@ -122,6 +122,11 @@ class SpecSequence {
     if (src == DraftSource::Model) return model_est_.rate();
     return est_.scored() ? est_.rate() : 0.0;
   }
+  // With a draft model at hand: whether it drafts this step rather than the
+  // n-gram lookup (which found nothing, or is the less likely to be accepted).
+  bool prefers_model(bool have_ngram_draft) const {
+    return !have_ngram_draft || evidence(DraftSource::Ngram) < evidence(DraftSource::Model);
+  }
 
  private:
   SpecOptions opt_;

@@ -54,6 +54,15 @@ void add_spec_flags(CLI::App* cmd, SpecFlags& f) {
                   "memory comes out of --mem-budget)");
 }
 
+namespace {
+// --kv-type; throws spool::Error on anything but f32 / f16.
+DType kv_type_of(const ModelFlags& f) {
+  if (f.kv_type == "f16" || f.kv_type == "F16") return DType::F16;
+  if (f.kv_type != "f32" && f.kv_type != "F32") throw Error("--kv-type: expected f32 or f16, got '" + f.kv_type + "'");
+  return DType::F32;
+}
+}  // namespace
+
 std::unique_ptr<Model> open_draft_model(const SpecFlags& s, int n_threads, int n_ctx, int n_batch, int n_seq,
                                         const ModelFlags& f, std::shared_ptr<ThreadPool> pool) {
   if (s.draft_model.empty() || s.mode == "off") return nullptr;
@@ -66,7 +75,7 @@ std::unique_ptr<Model> open_draft_model(const SpecFlags& s, int n_threads, int n
   opt.n_batch = n_batch;
   opt.n_seq = n_seq;
   opt.verbose = f.verbose_load;
-  if (f.kv_type == "f16" || f.kv_type == "F16") opt.kv_type = DType::F16;
+  opt.kv_type = kv_type_of(f);
   try {
     return load_model(s.draft_model, opt);
   } catch (const Error& e) {
@@ -104,7 +113,7 @@ ModelFlags flags_beside_draft(const ModelFlags& f, const Model* draft, int n_ctx
   if (!draft || f.mem_budget.empty()) return out;
   const ModelConfig& c = draft->config();
   const int ctx = n_ctx > 0 ? n_ctx : std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
-  const DType kv = (f.kv_type == "f16" || f.kv_type == "F16") ? DType::F16 : DType::F32;
+  const DType kv = kv_type_of(f);
   const uint64_t bytes = draft->file().manifest.total_bytes() + (uint64_t)std::max(1, n_seq) * kv_bytes_estimate(c, ctx, kv);
   const uint64_t budget = parse_size(f.mem_budget);
   if (bytes >= budget)
@@ -163,9 +172,7 @@ std::unique_ptr<Model> open_model(const std::string& given_path, int n_threads, 
   opt.speculate = !f.no_speculate;
   opt.http_retries = f.http_retries;
   opt.verbose = f.verbose_load;
-  if (f.kv_type == "f16" || f.kv_type == "F16") opt.kv_type = DType::F16;
-  else if (f.kv_type != "f32" && f.kv_type != "F32")
-    throw Error("--kv-type: expected f32 or f16, got '" + f.kv_type + "'");
+  opt.kv_type = kv_type_of(f);
   if (!f.convert.empty()) {
     opt.convert = dtype_from_name(f.convert);
     if (!opt.convert) throw Error("--convert: unknown type '" + f.convert + "' (try q8_0, q4_0, f16)");

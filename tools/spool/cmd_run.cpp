@@ -250,8 +250,7 @@ void run(const RunOptions& o) {
       const int kmax = std::min({so.max_draft, left, n_ctx - session.n_past() - (int)redo.size() - 1});
       std::vector<int32_t> d = spec.propose(history, kmax);
       src = DraftSource::Ngram;
-      if (drafter && kmax > 0 &&
-          (d.empty() || spec.evidence(DraftSource::Ngram) < spec.evidence(DraftSource::Model))) {
+      if (drafter && kmax > 0 && spec.prefers_model(!d.empty())) {
         // The draft model, where it is likelier to be right: the n-gram draft is still scored, for free.
         if (!d.empty()) spec.shadow(std::move(d), (int)history.size());
         src = DraftSource::Model;
